@@ -1,0 +1,132 @@
+"""CPython transport for the agent over paho-mqtt 2.x.
+
+- paho's own loop thread reconnects with exponential backoff (1 s .. 30 s).
+- Reports wait in the core's bounded outbox while the agent is offline and
+  are handed to paho only while connected and while fewer than max_inflight
+  await their PUBACK (paho refuses new QoS 1 publishes at 65,535 in flight).
+- A report handed to paho stays in paho's session until acknowledged; paho
+  resends it after a reconnect, so nothing produced is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+
+import paho.mqtt.client as mqtt
+
+from edge_agent import wire
+from edge_agent.config import BrokerConfig
+from edge_agent.core import AgentCore
+
+log = logging.getLogger(__name__)
+
+
+class PahoTransport:
+    def __init__(self, core: AgentCore, broker: BrokerConfig, *, max_inflight: int = 100):
+        self.core = core
+        self.broker = broker
+        self.max_inflight = max_inflight
+        self.lock = threading.Lock()      # guards core (control messages arrive on paho's thread)
+        self.connected = threading.Event()
+        self.published = 0                # written by the caller's thread only
+        self.acked = 0                    # written by paho's thread only
+        self.control_errors = 0
+        self.connects = 0
+        self.client = self._make_client()
+
+    def _make_client(self) -> mqtt.Client:
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"agent-{self.core.device}",
+                        protocol=mqtt.MQTTv311, clean_session=True)
+        c.will_set(wire.status_topic(self.core.device), wire.encode_status("offline"), qos=1, retain=True)
+        if self.broker.username:
+            c.username_pw_set(self.broker.username, self.broker.password)
+        if self.broker.tls:
+            c.tls_set(ca_certs=str(self.broker.ca_file) if self.broker.ca_file else None,
+                      cert_reqs=ssl.CERT_REQUIRED)
+        c.reconnect_delay_set(min_delay=1, max_delay=30)
+        c.max_inflight_messages_set(self.max_inflight)
+        c.on_connect = self._on_connect
+        c.on_disconnect = self._on_disconnect
+        c.on_publish = self._on_publish
+        c.on_message = self._on_message
+        return c
+
+    # paho thread -------------------------------------------------------
+    def _on_connect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
+        if reason_code.is_failure:
+            log.warning("agent=%s connect refused: %s", self.core.device, reason_code)
+            return
+        self.connects += 1
+        client.subscribe(wire.CONTROL_TOPIC, qos=1)
+        self.core.status_changed = True
+        self.connected.set()
+        log.info("agent=%s connected to %s:%d", self.core.device, self.broker.host, self.broker.port)
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
+        self.connected.clear()
+        log.info("agent=%s disconnected: %s", self.core.device, reason_code)
+
+    def _on_publish(self, client, userdata, mid, reason_code, properties):  # noqa: ANN001
+        self.acked += 1
+
+    def _on_message(self, client, userdata, msg):  # noqa: ANN001
+        if msg.topic != wire.CONTROL_TOPIC:
+            return
+        with self.lock:
+            try:
+                cal = self.core.apply_control(msg.payload)
+                log.info("agent=%s recalibrated: %s levels=%s", self.core.device, cal.as_dict(), self.core.eps_levels)
+            except ValueError as err:
+                self.control_errors += 1
+                log.warning("agent=%s ignored bad control message: %s", self.core.device, err)
+
+    # caller's thread -----------------------------------------------------
+    @property
+    def inflight(self) -> int:
+        return self.published - self.acked
+
+    def start(self) -> None:
+        self.client.connect_async(self.broker.host, self.broker.port, keepalive=self.broker.keepalive_s)
+        self.client.loop_start()
+
+    def pump(self) -> int:
+        """Hand queued reports to paho while connected; returns how many."""
+        if not self.connected.is_set():
+            return 0
+        sent = 0
+        with self.lock:
+            core = self.core
+            if core.status_changed:
+                core.status_changed = False
+                self._publish(wire.status_topic(core.device), wire.encode_status(core.status), retain=True)
+            box = core.outbox
+            while len(box) and self.inflight < self.max_inflight and self.connected.is_set():
+                topic, payload = box.pop()
+                if not self._publish(topic, payload):
+                    box.push_front((topic, payload))
+                    break
+                sent += 1
+        return sent
+
+    def _publish(self, topic: str, payload: str, retain: bool = False) -> bool:
+        info = self.client.publish(topic, payload, qos=1, retain=retain)
+        if info.rc != mqtt.MQTT_ERR_SUCCESS and info.rc != mqtt.MQTT_ERR_NO_CONN:
+            return False
+        # NO_CONN: paho keeps a QoS 1 message queued and sends it on reconnect.
+        self.published += 1
+        return True
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Say offline (retained), wait briefly for acks, disconnect."""
+        if self.connected.is_set():
+            with self.lock:
+                info = self.client.publish(wire.status_topic(self.core.device), wire.encode_status("offline"),
+                                           qos=1, retain=True)
+            try:
+                info.wait_for_publish(timeout=timeout_s)
+            except (RuntimeError, ValueError):
+                pass  # not connected any more: the will says offline instead
+        self.client.disconnect()
+        self.client.loop_stop()

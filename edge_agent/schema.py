@@ -1,0 +1,42 @@
+"""Pydantic models of the messages the edge agent produces (SPEC 3).
+
+The agent owns these messages; consumers (the fog) validate with these models.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
+
+from edge_agent.wire import STATES, VERSION
+
+MAX_REPORT_BYTES = 256
+
+
+class Report(BaseModel):
+    """One randomized reading: rase/v1/reports/{region}/{device}."""
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    v: Literal[1]
+    t: StrictInt = Field(ge=0)
+    y: StrictFloat | StrictInt
+    eps: StrictFloat | StrictInt = Field(gt=0)
+    seq: StrictInt = Field(ge=0)
+
+    @field_validator("y", "eps")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be finite")
+        return v
+
+
+class Status(BaseModel):
+    """Retained device status: rase/v1/status/{device}."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    v: Literal[1]
+    state: Literal[STATES]  # type: ignore[valid-type]
+
+
+assert VERSION == 1

@@ -1,0 +1,78 @@
+"""The CPython agent service: `rase agent --config configs/agent.example.toml`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from edge_agent.config import AgentConfig
+from edge_agent.core import AgentCore
+from edge_agent.entropy import RandomBits
+from edge_agent.ledger import BudgetLedger
+from edge_agent.paho_transport import PahoTransport
+from edge_agent.sources import Source, make_source
+from rase.clock import ScaledClock, WallClock
+
+log = logging.getLogger(__name__)
+
+
+def build_core(cfg: AgentConfig, bits: RandomBits | None = None) -> AgentCore:
+    Path(cfg.ledger_path).parent.mkdir(parents=True, exist_ok=True)
+    ledger = BudgetLedger(str(cfg.ledger_path), cfg.budget_eps, cfg.budget_period_s)
+    return AgentCore(device=cfg.device, region=cfg.region, eps=cfg.eps, ledger=ledger,
+                     calibration=cfg.calibration.build(), period_s=cfg.period_s, epoch0=cfg.epoch0,
+                     bits=bits, outbox_capacity=cfg.outbox_capacity)
+
+
+class AgentService:
+    """One agent: read the source once per period, randomize, publish."""
+
+    def __init__(self, cfg: AgentConfig, *, source: Source | None = None, clock=None,
+                 pump_interval_s: float = 0.2):
+        self.cfg = cfg
+        self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
+        self.core = build_core(cfg)
+        self.source = source or make_source(cfg.source, cfg.device, self.clock.now())
+        self.transport = PahoTransport(self.core, cfg.broker, max_inflight=cfg.max_inflight)
+        self.pump_interval_s = pump_interval_s
+        self.sensor_errors = 0
+
+    def tick(self) -> str | None:
+        """Take one reading now (if this period has none yet) and queue it."""
+        now = self.clock.now()
+        with self.transport.lock:
+            if self.core.last_t is not None and self.core.logical_t(now) <= self.core.last_t:
+                return None
+            try:
+                x = self.source.read(now)
+            except Exception as err:  # a sensor failure must not kill the agent
+                self.sensor_errors += 1
+                log.warning("agent=%s sensor read failed: %s", self.cfg.device, err)
+                return None
+            if x is None:
+                return None
+            try:
+                return self.core.step(x, now)
+            except ValueError as err:
+                self.sensor_errors += 1
+                log.warning("agent=%s bad reading %r: %s", self.cfg.device, x, err)
+                return None
+
+    async def run(self, stop: asyncio.Event | None = None, max_reports: int | None = None) -> None:
+        stop = stop or asyncio.Event()
+        self.transport.start()
+        try:
+            while not stop.is_set():
+                self.tick()
+                self.transport.pump()
+                if max_reports is not None and self.core.sent >= max_reports and not len(self.core.outbox):
+                    break
+                try:
+                    await asyncio.wait_for(stop.wait(), self.pump_interval_s)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self.transport.stop()
+            log.info("agent=%s stopped: sent=%d outbox=%d dropped=%d budget_skips=%d", self.cfg.device,
+                     self.core.sent, len(self.core.outbox), self.core.outbox.dropped, self.core.skipped_budget)

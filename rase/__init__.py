@@ -1,0 +1,1 @@
+"""The `rase` command line and the configuration loader shared by its services."""

@@ -1,0 +1,92 @@
+"""`rase`: one command line for every RASE component."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from rase.settings import ConfigError
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from edge_agent.config import AgentConfig
+    from edge_agent.service import AgentService
+
+    cfg = AgentConfig.load(args.config)
+    service = AgentService(cfg)
+    try:
+        asyncio.run(service.run(max_reports=args.max_reports))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_flash(args: argparse.Namespace) -> int:
+    from edge_agent.config import AgentConfig
+    from edge_agent.flash import build_bundle, copy_to_board
+    import tempfile
+
+    cfg = AgentConfig.load(args.config)
+    if args.bundle_only:
+        files = build_bundle(cfg, Path(args.bundle_only), sensor=args.sensor, umqtt=args.umqtt)
+        print(f"wrote {len(files)} files to {args.bundle_only}")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        build_bundle(cfg, Path(tmp), sensor=args.sensor, umqtt=args.umqtt)
+        copy_to_board(Path(tmp), args.port)
+    print(f"flashed {cfg.device} to {args.port}; reset the board to start")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from simulators.demo import run_demo
+
+    return asyncio.run(run_demo(out_dir=Path(args.out), periods=args.periods))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rase", description=__doc__)
+    p.add_argument("--log-level", default="INFO")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("agent", help="run one CPython edge agent")
+    a.add_argument("--config", required=True, type=Path)
+    a.add_argument("--max-reports", type=int, default=None, help="stop after this many reports")
+    a.set_defaults(func=cmd_agent)
+
+    f = sub.add_parser("flash", help="build a MicroPython board bundle and copy it with mpremote")
+    f.add_argument("--config", type=Path, default=Path("configs/agent.example.toml"))
+    g = f.add_mutually_exclusive_group(required=True)
+    g.add_argument("--port", help="serial port of the board, e.g. /dev/ttyACM0")
+    g.add_argument("--bundle-only", metavar="DIR", help="write the bundle to DIR, no board needed")
+    f.add_argument("--sensor", type=Path, help="sensor.py with read() -> float (default: ADC template)")
+    f.add_argument("--umqtt", type=Path, help="umqtt/simple.py to bundle (default: fetched and cached)")
+    f.set_defaults(func=cmd_flash)
+
+    d = sub.add_parser("demo", help="the pipeline on an embedded broker with the bundled REFIT excerpt")
+    d.add_argument("--out", default="out/demo", help="where to write results")
+    d.add_argument("--periods", type=int, default=300, help="logical timestamps to replay")
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    try:
+        return args.func(args)
+    except ConfigError as err:
+        print(f"rase: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

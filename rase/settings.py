@@ -1,0 +1,67 @@
+"""Config models read from TOML with RASE_... environment overrides.
+
+Precedence: explicit keyword arguments > environment > TOML file > defaults.
+Nested fields use a double underscore: RASE_AGENT_CALIBRATION__BETA=0.6.
+A bad value is one ConfigError naming the field, the bad value and the file.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+_TOML_PATH: contextvars.ContextVar[Path | None] = contextvars.ContextVar("rase_toml_path", default=None)
+
+S = TypeVar("S", bound="TomlSettings")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the field."""
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "(config)"
+        msg = e["msg"].removeprefix("Value error, ")
+        got = e.get("input")
+        detail = f"{field}: {msg}"
+        if e["type"] != "missing" and not isinstance(got, dict):
+            detail += f" (got {got!r})"
+        lines.append(detail)
+    return f"bad config in {source}: " + "; ".join(lines)
+
+
+class TomlSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_nested_delimiter="__", extra="forbid", frozen=True)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = _TOML_PATH.get()
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    @classmethod
+    def load(cls: type[S], path: str | Path | None = None, **overrides: Any) -> S:
+        """Read `path` (TOML), apply RASE_... environment and keyword overrides."""
+        if path is not None:
+            path = Path(path)
+            if not path.is_file():
+                raise ConfigError(f"config file not found: {path}")
+        token = _TOML_PATH.set(path)
+        try:
+            return cls(**overrides)
+        except ValidationError as err:
+            raise ConfigError(format_validation_error(err, str(path) if path else "environment")) from None
+        except ValueError as err:  # TOML syntax errors surface as ValueError subclasses
+            raise ConfigError(f"bad config in {path}: {err}") from None
+        finally:
+            _TOML_PATH.reset(token)

@@ -1,0 +1,1 @@
+"""Simulators: REFIT replay through the real pipeline, evaluation, stand-in boards."""
