@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -48,6 +49,9 @@ class Mosquitto:
         self.conf_path.write_text(
             f"listener {self.port} 127.0.0.1\n"
             "allow_anonymous true\n"
+            # As root, mosquitto drops to user `mosquitto`, which cannot write
+            # its log and persistence file into the test's private tmp dir.
+            + ("user root\n" if os.geteuid() == 0 else "") +
             "persistence true\n"
             f"persistence_location {self.workdir}/\n"
             # The default of 1000 silently drops QoS 1 messages queued for a slow subscriber.

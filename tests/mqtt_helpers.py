@@ -1,0 +1,62 @@
+"""A recording MQTT subscriber for tests (paho, persistent session)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import paho.mqtt.client as mqtt
+
+
+class Recorder:
+    """Subscribes to `topics` and keeps every message. clean_session=False and
+    a fixed client id, so a persistent broker queues for it while it is away."""
+
+    def __init__(self, port: int, topics: list[str], client_id: str | None = None, persistent: bool = True):
+        self.messages: list[mqtt.MQTTMessage] = []
+        self.lock = threading.Lock()
+        self.topics = topics
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id or f"rec-{uuid.uuid4().hex[:8]}",
+                                  protocol=mqtt.MQTTv311, clean_session=not persistent)
+        self.client.on_connect = self._on_connect
+        self.client.on_message = self._on_message
+        self.client.reconnect_delay_set(0.2, 1)
+        self.subscribed = threading.Event()
+        self.client.on_subscribe = lambda *a: self.subscribed.set()
+        self.client.connect("127.0.0.1", port, keepalive=10)
+        self.client.loop_start()
+        assert self.subscribed.wait(10), "subscription not acknowledged"
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties):
+        for t in self.topics:
+            client.subscribe(t, qos=1)
+
+    def _on_message(self, client, userdata, msg):
+        with self.lock:
+            self.messages.append(msg)
+
+    def on(self, prefix: str) -> list[mqtt.MQTTMessage]:
+        with self.lock:
+            return [m for m in self.messages if m.topic.startswith(prefix)]
+
+    def wait_for(self, pred, timeout_s: float = 20.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if pred():
+                return True
+            time.sleep(0.05)
+        return pred()
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def publish_retained(port: int, topic: str, payload: bytes | str) -> None:
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    c.publish(topic, payload, qos=1, retain=True).wait_for_publish(10)
+    c.disconnect()
+    c.loop_stop()
