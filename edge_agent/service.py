@@ -61,6 +61,8 @@ class AgentService:
 
     async def run(self, stop: asyncio.Event | None = None, max_reports: int | None = None) -> None:
         stop = stop or asyncio.Event()
+        # Wake at least twice per (possibly simulated) period.
+        interval_s = min(self.pump_interval_s, self.core.period_s / getattr(self.clock, "speedup", 1.0) / 2)
         self.transport.start()
         try:
             while not stop.is_set():
@@ -69,7 +71,7 @@ class AgentService:
                 if max_reports is not None and self.core.sent >= max_reports and not len(self.core.outbox):
                     break
                 try:
-                    await asyncio.wait_for(stop.wait(), self.pump_interval_s)
+                    await asyncio.wait_for(stop.wait(), interval_s)
                 except asyncio.TimeoutError:
                     pass
         finally:

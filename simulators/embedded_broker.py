@@ -30,7 +30,8 @@ class EmbeddedBroker:
                "sys_interval": 0, "auth": {"allow-anonymous": True, "plugins": ["auth_anonymous"]},
                "topic-check": {"enabled": False}}
         for name in ("amqtt", "transitions"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+            # amqtt logs a client's normal disconnect as an error with a traceback.
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             self._broker = Broker(cfg)
