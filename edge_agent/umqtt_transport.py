@@ -8,6 +8,11 @@
 from edge_agent import wire
 
 
+def _b(s):
+    # umqtt computes lengths with len(); bytes keep them right for any text.
+    return s.encode() if isinstance(s, str) else s
+
+
 class UmqttTransport:
     def __init__(self, core, make_client, backoff_min_s=1, backoff_max_s=60, socket_timeout_s=10):
         self.core = core
@@ -30,13 +35,13 @@ class UmqttTransport:
 
     def connect(self):
         c = self.make_client()
-        c.set_last_will(wire.status_topic(self.core.device), wire.encode_status("offline"), retain=True, qos=1)
+        c.set_last_will(_b(wire.status_topic(self.core.device)), _b(wire.encode_status("offline")), retain=True, qos=1)
         c.set_callback(self._on_message)
         c.connect()
         if self.socket_timeout_s and hasattr(c, "sock"):
             c.sock.settimeout(self.socket_timeout_s)
         self.client = c
-        c.subscribe(wire.CONTROL_TOPIC, qos=1)
+        c.subscribe(_b(wire.CONTROL_TOPIC), qos=1)
         self.core.status_changed = True
         self.backoff_s = self.backoff_min_s
 
@@ -54,12 +59,12 @@ class UmqttTransport:
         c = self.client
         core = self.core
         if core.status_changed:
-            c.publish(wire.status_topic(core.device), wire.encode_status(core.status), retain=True, qos=1)
+            c.publish(_b(wire.status_topic(core.device)), _b(wire.encode_status(core.status)), retain=True, qos=1)
             core.status_changed = False
         box = core.outbox
         while len(box):
             topic, payload = box.peek()
-            c.publish(topic, payload, qos=1)
+            c.publish(_b(topic), _b(payload), qos=1)
             box.pop()
 
     def poll(self, now):

@@ -30,18 +30,23 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 
 def cmd_flash(args: argparse.Namespace) -> int:
-    from edge_agent.config import AgentConfig
-    from edge_agent.flash import build_bundle, copy_to_board
     import tempfile
 
+    from edge_agent.config import AgentConfig
+    from edge_agent.flash import FlashError, build_bundle, copy_to_board
+
     cfg = AgentConfig.load(args.config)
-    if args.bundle_only:
-        files = build_bundle(cfg, Path(args.bundle_only), sensor=args.sensor, umqtt=args.umqtt)
-        print(f"wrote {len(files)} files to {args.bundle_only}")
-        return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        build_bundle(cfg, Path(tmp), sensor=args.sensor, umqtt=args.umqtt)
-        copy_to_board(Path(tmp), args.port)
+    try:
+        if args.bundle_only:
+            files = build_bundle(cfg, Path(args.bundle_only), sensor=args.sensor, umqtt=args.umqtt)
+            print(f"wrote {len(files)} files to {args.bundle_only}")
+            return 0
+        with tempfile.TemporaryDirectory() as tmp:
+            build_bundle(cfg, Path(tmp), sensor=args.sensor, umqtt=args.umqtt)
+            copy_to_board(Path(tmp), args.port)
+    except FlashError as err:
+        print(f"rase flash: {err}", file=sys.stderr)
+        return 1
     print(f"flashed {cfg.device} to {args.port}; reset the board to start")
     return 0
 

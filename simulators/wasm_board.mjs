@@ -18,7 +18,9 @@ const mp = await loadMicroPython({
 mp.registerJsModule("jsentropy", {
   urandom: (n) => { const b = new Uint8Array(n); webcrypto.getRandomValues(b); return b; },
 });
-for (const [path, text] of Object.entries(spec.files || {})) {
+const entries = Object.entries(spec.files || {}).map(([p, t]) => [p, t])
+  .concat(Object.entries(spec.binfiles || {}).map(([p, b64]) => [p, Buffer.from(b64, "base64")]));
+for (const [path, text] of entries) {
   const parts = path.split("/").filter(Boolean);
   let dir = "";
   for (const p of parts.slice(0, -1)) {

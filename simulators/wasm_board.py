@@ -8,6 +8,7 @@ micropython.mjs). The edge agent's device core is copied into the board's
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -40,7 +41,8 @@ def micropython_mjs() -> Path:
 
 
 def run_micropython(snippets: list[str], *, with_agent: bool = True,
-                    files: dict[str, str] | None = None, heapsize: int = 1 << 20,
+                    files: dict[str, str] | None = None, binfiles: dict[str, bytes] | None = None,
+                    heapsize: int = 1 << 20,
                     timeout_s: float = 300.0) -> list[str]:
     """Run each snippet in one MicroPython instance; return each one's stdout."""
     node = shutil.which("node")
@@ -51,7 +53,8 @@ def run_micropython(snippets: list[str], *, with_agent: bool = True,
         for name, text in device_core_sources().items():
             vfs[f"/lib/edge_agent/{name}"] = text
     vfs.update(files or {})
-    spec = {"mjs": str(micropython_mjs()), "files": vfs, "snippets": snippets, "heapsize": heapsize}
+    spec = {"mjs": str(micropython_mjs()), "files": vfs, "snippets": snippets, "heapsize": heapsize,
+            "binfiles": {p: base64.b64encode(b).decode() for p, b in (binfiles or {}).items()}}
     proc = subprocess.run([node, str(RUNNER)], input=json.dumps(spec), capture_output=True,
                           text=True, timeout=timeout_s)
     outputs, cur = [], []
