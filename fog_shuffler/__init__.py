@@ -1,0 +1,1 @@
+"""RASE fog shuffler: event-time windows and the robust shuffler RS."""
