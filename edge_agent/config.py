@@ -10,6 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from edge_agent import wire
 from edge_agent.randomizer import Calibration
+from rase.mqtt import BrokerConfig
 from rase.settings import TomlSettings
 
 
@@ -30,17 +31,6 @@ class CalibrationConfig(BaseModel):
 
     def build(self) -> Calibration:
         return Calibration(beta=self.beta, rho=self.rho, x_min=self.x_min, x_max=self.x_max, gamma=self.gamma)
-
-
-class BrokerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    host: str = "127.0.0.1"
-    port: int = Field(1883, ge=1, le=65535)
-    username: str | None = None
-    password: str | None = None
-    tls: bool = False
-    ca_file: Path | None = None
-    keepalive_s: int = Field(60, ge=5)
 
 
 class SourceConfig(BaseModel):

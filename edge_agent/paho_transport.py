@@ -11,14 +11,13 @@
 from __future__ import annotations
 
 import logging
-import ssl
 import threading
 
 import paho.mqtt.client as mqtt
 
 from edge_agent import wire
-from edge_agent.config import BrokerConfig
 from edge_agent.core import AgentCore
+from rase.mqtt import BrokerConfig, paho_client
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +36,8 @@ class PahoTransport:
         self.client = self._make_client()
 
     def _make_client(self) -> mqtt.Client:
-        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"agent-{self.core.device}",
-                        protocol=mqtt.MQTTv311, clean_session=True)
+        c = paho_client(self.broker, f"agent-{self.core.device}")
         c.will_set(wire.status_topic(self.core.device), wire.encode_status("offline"), qos=1, retain=True)
-        if self.broker.username:
-            c.username_pw_set(self.broker.username, self.broker.password)
-        if self.broker.tls:
-            c.tls_set(ca_certs=str(self.broker.ca_file) if self.broker.ca_file else None,
-                      cert_reqs=ssl.CERT_REQUIRED)
-        c.reconnect_delay_set(min_delay=1, max_delay=30)
         c.max_inflight_messages_set(self.max_inflight)
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect

@@ -51,6 +51,18 @@ def cmd_flash(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fog(args: argparse.Namespace) -> int:
+    from fog_shuffler.config import FogConfig
+    from fog_shuffler.service import FogService
+
+    service = FogService(FogConfig.load(args.config))
+    try:
+        asyncio.run(service.run())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from simulators.demo import run_demo
 
@@ -75,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--sensor", type=Path, help="sensor.py with read() -> float (default: ADC template)")
     f.add_argument("--umqtt", type=Path, help="umqtt/simple.py to bundle (default: fetched and cached)")
     f.set_defaults(func=cmd_flash)
+
+    fg = sub.add_parser("fog", help="run the fog shuffler")
+    fg.add_argument("--config", required=True, type=Path)
+    fg.set_defaults(func=cmd_fog)
 
     d = sub.add_parser("demo", help="the pipeline on an embedded broker with the bundled REFIT excerpt")
     d.add_argument("--out", default="out/demo", help="where to write results")

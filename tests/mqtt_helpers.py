@@ -60,3 +60,36 @@ def publish_retained(port: int, topic: str, payload: bytes | str) -> None:
     c.publish(topic, payload, qos=1, retain=True).wait_for_publish(10)
     c.disconnect()
     c.loop_stop()
+
+
+class ServiceThread:
+    """Runs an asyncio service's run(stop_event) on its own loop thread."""
+
+    def __init__(self, service):
+        import asyncio
+
+        self.service = service
+        self.loop = asyncio.new_event_loop()
+        self.stop_event = None
+        self.error: BaseException | None = None
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        assert self.started.wait(10)
+
+    def _run(self):
+        import asyncio
+
+        asyncio.set_event_loop(self.loop)
+        self.stop_event = asyncio.Event()
+        self.started.set()
+        try:
+            self.loop.run_until_complete(self.service.run(self.stop_event))
+        except BaseException as err:  # surfaced by stop()
+            self.error = err
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(30)
+        if self.error is not None:
+            raise self.error

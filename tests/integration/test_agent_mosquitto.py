@@ -1,8 +1,6 @@
 """The CPython agent against a real Mosquitto: reports, broker restart, control."""
 
-import asyncio
 import json
-import threading
 import time
 
 import pytest
@@ -11,7 +9,7 @@ from edge_agent.config import AgentConfig
 from edge_agent.schema import Report, Status
 from edge_agent.service import AgentService
 from rase.clock import ScaledClock
-from tests.mqtt_helpers import Recorder, publish_retained
+from tests.mqtt_helpers import Recorder, ServiceThread, publish_retained
 
 pytestmark = pytest.mark.integration
 
@@ -30,32 +28,9 @@ def agent(tmp_path, port, device="dev1", speedup=80.0, **kw):
     return AgentService(cfg, source=ConstSource(1000.0), clock=ScaledClock(1_700_000_000.0, speedup))
 
 
-class Running:
-    """Runs an AgentService on its own event loop thread."""
-
-    def __init__(self, service):
-        self.service = service
-        self.loop = asyncio.new_event_loop()
-        self.stop_event = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.started = threading.Event()
-        self.thread.start()
-        self.started.wait(5)
-
-    def _run(self):
-        asyncio.set_event_loop(self.loop)
-        self.stop_event = asyncio.Event()
-        self.started.set()
-        self.loop.run_until_complete(self.service.run(self.stop_event))
-
-    def stop(self):
-        self.loop.call_soon_threadsafe(self.stop_event.set)
-        self.thread.join(15)
-
-
 def test_agent_publishes_well_formed_reports(mosquitto, tmp_path):
     rec = Recorder(mosquitto.port, ["rase/v1/reports/#", "rase/v1/status/#"], persistent=False)
-    run = Running(agent(tmp_path, mosquitto.port, device="wf1"))
+    run = ServiceThread(agent(tmp_path, mosquitto.port, device="wf1"))
     try:
         assert rec.wait_for(lambda: len(rec.on("rase/v1/reports/r1/wf1")) >= 15)
     finally:
@@ -74,7 +49,7 @@ def test_reports_made_while_the_broker_is_down_arrive_after_restart(own_mosquitt
     broker = own_mosquitto
     rec = Recorder(broker.port, ["rase/v1/reports/#"], client_id="restart-recorder", persistent=True)
     svc = agent(tmp_path, broker.port, device="rs1")
-    run = Running(svc)
+    run = ServiceThread(svc)
     try:
         assert rec.wait_for(lambda: len(rec.on("rase/v1/reports/")) >= 10)
         broker.stop()
@@ -101,7 +76,7 @@ def test_reports_made_while_the_broker_is_down_arrive_after_restart(own_mosquitt
 def test_control_message_recalibrates_a_running_agent(mosquitto, tmp_path):
     rec = Recorder(mosquitto.port, ["rase/v1/reports/r1/ctl1"], persistent=False)
     svc = agent(tmp_path, mosquitto.port, device="ctl1")
-    run = Running(svc)
+    run = ServiceThread(svc)
     try:
         assert rec.wait_for(lambda: len(rec.messages) >= 3)
         control = {"v": 1, "beta": 0.5, "rho": 0.9, "x_min": 0, "x_max": 500, "gamma": 5,

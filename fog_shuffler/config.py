@@ -1,0 +1,119 @@
+"""FogConfig: `rase fog --config configs/fog.example.toml` (RASE_FOG_... overrides)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from edge_agent import wire
+from fog_shuffler.relationship import RelationshipGraph
+from fog_shuffler.robust_shuffler import ShuffleParams
+from rase.mqtt import BrokerConfig
+from rase.settings import TomlSettings
+
+REFIT_APPLIANCES = 9
+
+
+class RegionConfig(BaseModel):
+    """Devices registered for a region and their public relationship graph.
+    Devices are the union of `devices`, group members, edge ends and, for
+    each REFIT house listed, h{house}a1..h{house}a9 (one group per house)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    devices: list[str] = []
+    groups: list[list[str]] = []
+    edges: list[tuple[str, str]] = []
+    refit_houses: list[int] = []
+    refit_clones: int = Field(1, ge=1)   # simulator fleets: copies h{h}c{c}a{K}
+
+    def all_groups(self) -> list[list[str]]:
+        out = [list(g) for g in self.groups]
+        for h in self.refit_houses:
+            for c in range(self.refit_clones):
+                prefix = f"h{h}" if self.refit_clones == 1 else f"h{h}c{c}"
+                out.append([f"{prefix}a{k}" for k in range(1, REFIT_APPLIANCES + 1)])
+        return out
+
+    def all_devices(self) -> set[str]:
+        devs = set(self.devices)
+        for g in self.all_groups():
+            devs.update(g)
+        for a, b in self.edges:
+            devs.update((a, b))
+        return devs
+
+    def graph(self) -> RelationshipGraph:
+        return RelationshipGraph(groups=self.all_groups(), edges=self.edges)
+
+    @model_validator(mode="after")
+    def _names(self) -> "RegionConfig":
+        for d in self.all_devices():
+            wire.check_name("device", d)
+        return self
+
+
+class ShufflerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    alpha: float = Field(30.0, gt=0)
+    delta_min_factor: float = Field(1.0, gt=0)    # Mallows when min*alpha <= Delta_K <= max*alpha
+    delta_max_factor: float = Field(10.0, gt=0)
+    k: int | None = Field(None, ge=1)
+    group_size: int | None = Field(9, ge=1)
+
+    @model_validator(mode="after")
+    def _valid(self) -> "ShufflerConfig":
+        self.params()
+        return self
+
+    def params(self) -> ShuffleParams:
+        return ShuffleParams(alpha=self.alpha, delta_min_factor=self.delta_min_factor,
+                             delta_max_factor=self.delta_max_factor, k=self.k,
+                             group_size=None if self.k is not None else self.group_size)
+
+
+class FogConfig(TomlSettings):
+    model_config = SettingsConfigDict(env_prefix="RASE_FOG_", env_nested_delimiter="__", extra="forbid", frozen=True)
+
+    name: str = "fog1"                  # MQTT client id fog-{name}: a fixed id keeps the broker session
+    regions: dict[str, RegionConfig]
+    period_s: float = Field(8.0, gt=0)
+    epoch0: float = 0.0
+    speedup: float = Field(1.0, gt=0)   # simulated clocks only
+    lateness_periods: int = Field(1, ge=0)
+    k_min: int = Field(10, ge=1)
+    eps_levels: list[float] = [1.0]
+    x_min: float = 0.0
+    x_max: float = Field(4000.0, gt=0)
+    journal_path: Path = Path("var/fog.sqlite")
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    tick_s: float = Field(0.05, gt=0)
+    broker: BrokerConfig = BrokerConfig()
+    shuffler: ShufflerConfig = ShufflerConfig()
+
+    @field_validator("regions")
+    @classmethod
+    def _regions(cls, v: dict[str, RegionConfig]) -> dict[str, RegionConfig]:
+        if not v:
+            raise ValueError("at least one region is needed")
+        seen: dict[str, str] = {}
+        for region, rc in v.items():
+            wire.check_name("region", region)
+            for d in rc.all_devices():
+                if d in seen:
+                    raise ValueError(f"device {d} is registered in regions {seen[d]} and {region}")
+                seen[d] = region
+        return v
+
+    @field_validator("eps_levels")
+    @classmethod
+    def _levels(cls, v: list[float]) -> list[float]:
+        if not v or any(not (e > 0) for e in v):
+            raise ValueError("eps_levels must be a non-empty list of numbers > 0")
+        return sorted(set(v))
+
+    @model_validator(mode="after")
+    def _range(self) -> "FogConfig":
+        if not self.x_min < self.x_max:
+            raise ValueError(f"x_min must be < x_max, got {self.x_min} and {self.x_max}")
+        return self

@@ -1,0 +1,81 @@
+"""Ingest validation: every incoming report is accepted or rejected with a
+reason (SPEC 4). Pure: no I/O, no clock of its own."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from edge_agent.schema import MAX_REPORT_BYTES, Report
+
+REASONS = ("oversized", "bad_topic", "malformed_json", "wrong_type", "non_finite", "unknown_device",
+           "t_out_of_range", "implausible_y", "eps_not_on_menu")
+TOPIC_PREFIX = "rase/v1/reports/"
+# A report further than this many noise scales outside [x_min, x_max] cannot
+# come from BR (probability < e^-50) and is rejected.
+PLAUSIBLE_SCALES = 50.0
+
+
+class Rejected(Exception):
+    def __init__(self, reason: str, detail: str = ""):
+        assert reason in REASONS, reason
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Accepted:
+    region: str
+    device: str
+    t: int
+    y: float
+    eps: float
+
+
+@dataclass(frozen=True)
+class IngestRules:
+    devices: dict[str, str]        # device -> region it is registered in
+    eps_levels: tuple[float, ...]  # the published menu
+    x_min: float
+    x_max: float
+    lateness_periods: int          # how far behind the fog's clock a report's t may be
+    max_bytes: int = MAX_REPORT_BYTES
+
+
+def _has_non_finite(obj: dict) -> bool:
+    return any(isinstance(v, float) and not math.isfinite(v) for v in obj.values())
+
+
+def validate(topic: str, payload: bytes, now_t: int, rules: IngestRules) -> Accepted:
+    """Accept one report or raise Rejected(reason)."""
+    if len(payload) > rules.max_bytes:
+        raise Rejected("oversized", f"{len(payload)} bytes")
+    parts = topic.split("/")
+    if not topic.startswith(TOPIC_PREFIX) or len(parts) != 5:
+        raise Rejected("bad_topic", topic[:80])
+    region, device = parts[3], parts[4]
+    try:
+        obj = json.loads(payload)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise Rejected("malformed_json", str(err)[:80]) from None
+    if not isinstance(obj, dict):
+        raise Rejected("malformed_json", "not an object")
+    if _has_non_finite(obj):
+        raise Rejected("non_finite")
+    try:
+        rep = Report.model_validate(obj)
+    except ValidationError as err:
+        raise Rejected("wrong_type", err.errors()[0]["loc"].__str__()[:80]) from None
+    if rules.devices.get(device) != region:
+        raise Rejected("unknown_device", f"{region}/{device}"[:80])
+    if not (now_t - rules.lateness_periods <= rep.t <= now_t + 1):
+        raise Rejected("t_out_of_range", f"t={rep.t} now={now_t}")
+    if rep.eps not in rules.eps_levels:
+        raise Rejected("eps_not_on_menu", f"eps={rep.eps}")
+    margin = PLAUSIBLE_SCALES * (rules.x_max - rules.x_min) / rep.eps
+    if not (rules.x_min - margin <= rep.y <= rules.x_max + margin):
+        raise Rejected("implausible_y", f"y={rep.y}")
+    return Accepted(region, device, rep.t, float(rep.y), float(rep.eps))

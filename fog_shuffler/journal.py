@@ -1,0 +1,80 @@
+"""Crash safety for the fog (SPEC 4): SQLite in WAL mode.
+
+- `reports`: accepted reports of open windows. A report is acknowledged to the
+  broker only after the transaction holding it has committed.
+- `outbox`: windows shuffled and ready to forward, stored before the first
+  send, so a restart resends the same bytes (never a second, different
+  shuffle of the same data) and never reshuffles.
+- `closed`: windows already closed (forwarded or suppressed), so a restart
+  neither forwards one twice nor reopens it for late reports.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS reports (region TEXT, t INTEGER, device TEXT, y REAL, eps REAL, seq INTEGER,
+                                    PRIMARY KEY (region, t, device));
+CREATE TABLE IF NOT EXISTS duplicates (region TEXT, t INTEGER, n INTEGER, PRIMARY KEY (region, t));
+CREATE TABLE IF NOT EXISTS outbox (region TEXT, t INTEGER, payload TEXT, sent INTEGER DEFAULT 0,
+                                   PRIMARY KEY (region, t));
+CREATE TABLE IF NOT EXISTS closed (region TEXT, t INTEGER, PRIMARY KEY (region, t));
+"""
+
+
+class Journal:
+    def __init__(self, path: str | Path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode: a commit survives the process being killed; only
+        # an OS crash or power loss can drop the last commits.
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def add_reports(self, rows: list[tuple[str, int, str, float, float, int]],
+                    duplicates: list[tuple[str, int]]) -> None:
+        """One transaction for a batch of accepted reports (and duplicate counts)."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR IGNORE INTO reports VALUES (?,?,?,?,?,?)", rows)
+            self.db.executemany("INSERT INTO duplicates VALUES (?,?,1) ON CONFLICT(region,t) DO UPDATE SET n=n+1",
+                                duplicates)
+
+    def open_reports(self) -> list[tuple[str, int, str, float, float, int]]:
+        return self.db.execute("SELECT region, t, device, y, eps, seq FROM reports ORDER BY rowid").fetchall()
+
+    def duplicate_counts(self) -> dict[tuple[str, int], int]:
+        return {(r, t): n for r, t, n in self.db.execute("SELECT region, t, n FROM duplicates")}
+
+    def closed_windows(self) -> set[tuple[str, int]]:
+        return {(r, t) for r, t in self.db.execute("SELECT region, t FROM closed")}
+
+    def close_window(self, region: str, t: int, payload: str | None) -> None:
+        """Atomically: mark closed, drop its reports, queue its message (None = suppressed)."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("INSERT OR IGNORE INTO closed VALUES (?,?)", (region, t))
+            self.db.execute("DELETE FROM reports WHERE region=? AND t=?", (region, t))
+            self.db.execute("DELETE FROM duplicates WHERE region=? AND t=?", (region, t))
+            if payload is not None:
+                self.db.execute("INSERT OR IGNORE INTO outbox (region, t, payload) VALUES (?,?,?)",
+                                (region, t, payload))
+
+    def unsent(self) -> list[tuple[str, int, str]]:
+        return self.db.execute("SELECT region, t, payload FROM outbox WHERE sent=0 ORDER BY t, region").fetchall()
+
+    def mark_sent(self, region: str, t: int) -> None:
+        self.db.execute("UPDATE outbox SET sent=1 WHERE region=? AND t=?", (region, t))
+
+    def prune(self, t_min: int) -> None:
+        """Forget closed markers and sent messages older than t_min."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("DELETE FROM closed WHERE t < ?", (t_min,))
+            self.db.execute("DELETE FROM outbox WHERE sent=1 AND t < ?", (t_min,))

@@ -1,0 +1,32 @@
+"""Prometheus metrics of the fog (rase_fog_...), on a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+from fog_shuffler.ingest import REASONS
+
+
+class FogMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        r = self.registry = registry or CollectorRegistry()
+        self.accepted = Counter("rase_fog_reports_accepted", "Reports accepted into a window", registry=r)
+        self.rejected = Counter("rase_fog_reports_rejected", "Reports rejected, by reason", ["reason"], registry=r)
+        self.duplicates = Counter("rase_fog_reports_duplicate", "Repeated (device, t) reports dropped", registry=r)
+        self.late = Counter("rase_fog_reports_late", "Reports for windows already closed", registry=r)
+        self.eps_dropped = Counter("rase_fog_reports_eps_level_dropped",
+                                   "Reports dropped because their eps level had fewer than k_min", registry=r)
+        self.forwarded = Counter("rase_fog_windows_forwarded", "Windows forwarded, by mechanism", ["mechanism"],
+                                 registry=r)
+        self.suppressed = Counter("rase_fog_windows_suppressed", "Windows under k_min, never forwarded", registry=r)
+        self.window_size = Histogram("rase_fog_window_size", "Reports per forwarded window", registry=r,
+                                     buckets=(10, 30, 100, 300, 1000, 3000, 10_000, 100_000, 1_000_000))
+        self.shuffle_seconds = Histogram("rase_fog_shuffle_seconds", "Time to run RS on one window", registry=r,
+                                         buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10))
+        for reason in REASONS:
+            self.rejected.labels(reason)
+        for mech in ("mallows", "uniform"):
+            self.forwarded.labels(mech)
+
+    def serve(self, port: int) -> None:
+        start_http_server(port, addr="127.0.0.1", registry=self.registry)

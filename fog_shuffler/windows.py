@@ -1,0 +1,88 @@
+"""Event-time windows at the fog (SPEC 4). Pure: the caller supplies the
+logical time and persists what it must.
+
+A window (region, t) closes when the fog's logical clock reaches
+t + 1 + lateness_periods, or early once every device registered for the
+region has reported. Duplicates of (device, t) are dropped (first wins), late
+reports (window already closed) are dropped and counted. At close, eps levels
+with fewer than k_min reports are dropped, and a window left with fewer than
+k_min reports is suppressed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from fog_shuffler.ingest import Accepted
+
+
+@dataclass
+class OpenWindow:
+    region: str
+    t: int
+    reports: dict[str, tuple[float, float]] = field(default_factory=dict)  # device -> (y, eps), arrival order
+    duplicates: int = 0
+
+
+@dataclass(frozen=True)
+class ClosedWindow:
+    region: str
+    t: int
+    devices: list[str]
+    values: list[float]
+    eps: list[float]
+    duplicates: int
+    eps_level_dropped: int
+    suppressed: bool
+
+
+class WindowManager:
+    def __init__(self, *, registered: dict[str, set[str]], k_min: int = 10, lateness_periods: int = 1):
+        if k_min < 1:
+            raise ValueError(f"k_min must be >= 1, got {k_min}")
+        if lateness_periods < 0:
+            raise ValueError(f"lateness_periods must be >= 0, got {lateness_periods}")
+        self.registered = registered
+        self.k_min = k_min
+        self.lateness = lateness_periods
+        self.open: dict[tuple[str, int], OpenWindow] = {}
+        self.closed: set[tuple[str, int]] = set()
+        self.late: Counter[str] = Counter()
+
+    def add(self, rep: Accepted) -> str:
+        """'accepted', 'duplicate' or 'late'."""
+        key = (rep.region, rep.t)
+        if key in self.closed:
+            self.late[rep.region] += 1
+            return "late"
+        w = self.open.get(key)
+        if w is None:
+            w = self.open[key] = OpenWindow(rep.region, rep.t)
+        if rep.device in w.reports:
+            w.duplicates += 1
+            return "duplicate"
+        w.reports[rep.device] = (rep.y, rep.eps)
+        return "accepted"
+
+    def due(self, now_t: int) -> list[tuple[str, int]]:
+        """Windows to close now, oldest first."""
+        out = []
+        for (region, t), w in self.open.items():
+            if now_t >= t + 1 + self.lateness or len(w.reports) >= len(self.registered.get(region, ())):
+                out.append((region, t))
+        return sorted(out, key=lambda k: (k[1], k[0]))
+
+    def close(self, region: str, t: int) -> ClosedWindow:
+        w = self.open.pop((region, t), None) or OpenWindow(region, t)
+        self.closed.add((region, t))
+        per_level = Counter(eps for _, eps in w.reports.values())
+        keep = {e for e, c in per_level.items() if c >= self.k_min}
+        kept = [(d, y, e) for d, (y, e) in w.reports.items() if e in keep]
+        dropped = len(w.reports) - len(kept)
+        return ClosedWindow(region, t, [d for d, _, _ in kept], [y for _, y, _ in kept], [e for _, _, e in kept],
+                            w.duplicates, dropped, suppressed=len(kept) < self.k_min)
+
+    def forget_before(self, t_min: int) -> None:
+        """Drop closed markers older than any t ingest still accepts."""
+        self.closed = {k for k in self.closed if k[1] >= t_min}

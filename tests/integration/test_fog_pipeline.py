@@ -1,0 +1,64 @@
+"""Real agents -> real Mosquitto -> fog -> windows topic."""
+
+import json
+from collections import defaultdict
+
+import pytest
+
+from edge_agent.config import AgentConfig
+from edge_agent.service import AgentService
+from fog_shuffler.config import FogConfig
+from fog_shuffler.schema import WindowMessage
+from fog_shuffler.service import FogService
+from rase.clock import ScaledClock
+from simulators.refit import RefitColumnSource, bundled_dir, epoch0_of, load_house
+from tests.mqtt_helpers import Recorder, ServiceThread
+
+pytestmark = pytest.mark.integration
+HOUSES = (1, 2, 3)
+
+
+def test_agents_fog_windows_with_correct_metadata(mosquitto, tmp_path):
+    houses = [load_house(bundled_dir(), h) for h in HOUSES]
+    epoch0 = epoch0_of(houses, 8.0)
+    clock = ScaledClock(epoch0 + 6 * 3600, 80.0)  # 06:00, one 8 s period per 100 ms
+    broker = {"port": mosquitto.port}
+    fog_cfg = FogConfig.load(None, name="itest", regions={"r1": {"refit_houses": list(HOUSES)}},
+                             period_s=8.0, epoch0=epoch0, k_min=10, lateness_periods=2,
+                             journal_path=tmp_path / "fog.sqlite", broker=broker)
+    rec = Recorder(mosquitto.port, ["rase/v1/windows/#", "rase/v1/reports/#"], persistent=False)
+    fog = ServiceThread(FogService(fog_cfg, clock=clock))
+    agents = []
+    for h in houses:
+        for dev in h.device_ids():
+            cfg = AgentConfig.load(None, device=dev, region="r1", eps=1.0, period_s=8.0, epoch0=epoch0,
+                                   ledger_path=tmp_path / f"{dev}.json", broker=broker)
+            agents.append(ServiceThread(AgentService(cfg, source=RefitColumnSource(h, dev), clock=clock)))
+    try:
+        assert rec.wait_for(lambda: len(rec.on("rase/v1/windows/")) >= 15, timeout_s=60)
+    finally:
+        for a in agents:
+            a.stop()
+        fog.stop()
+    rec.close()
+    reports = defaultdict(list)
+    for m in rec.on("rase/v1/reports/"):
+        p = json.loads(m.payload)
+        reports[p["t"]].append(p["y"])
+    windows = [WindowMessage.model_validate_json(m.payload) for m in rec.on("rase/v1/windows/")]
+    assert len({w.t for w in windows}) == len(windows)        # each window once
+    full = [w for w in windows if w.n == 27]
+    assert len(full) >= 10
+    for w in windows:
+        raw = json.loads(rec.on("rase/v1/windows/")[windows.index(w)].payload)
+        assert set(raw) == set(WindowMessage.model_fields)     # nothing beyond the schema on the wire
+        assert sorted(w.values) == sorted(reports[w.t])        # the multiset of what agents sent
+        assert w.region == "r1" and all(e == 1.0 for e in w.eps)
+    for w in full:
+        # Three houses of nine appliances: components of width 8, k = ceil(27/9) = 3,
+        # Delta_K = 36 in [30, 300] so Mallows with theta = 30/36.
+        assert (w.mechanism, w.omega, w.delta_k, w.k) == ("mallows", 8, 36, 3)
+        assert w.theta == pytest.approx(30 / 36)
+        assert w.groups == [(0, 8), (9, 17), (18, 26)]
+    body = b"".join(m.payload for m in rec.on("rase/v1/windows/"))
+    assert b"h1a" not in body and b"seq" not in body and b"device" not in body
