@@ -16,17 +16,21 @@ from fog_shuffler.mallows import mallows_order, uniform_order
 from fog_shuffler.relationship import RelationshipGraph
 
 
+DEFAULT_GROUP_SIZE = 9
+
+
 @dataclass(frozen=True)
 class ShuffleParams:
     """alpha: shuffle privacy. The Mallows branch is used when
     delta_min_factor * alpha <= Delta_K <= delta_max_factor * alpha (theta in
     [1/delta_max_factor, 1/delta_min_factor], [0.1, 1] by default). Groups:
-    k fixed, or k = ceil(n / group_size)."""
+    k fixed, or k = ceil(n / group_size) (group_size 9 when neither is set:
+    one REFIT house)."""
     alpha: float = 30.0
     delta_min_factor: float = 1.0
     delta_max_factor: float = 10.0
     k: int | None = None
-    group_size: int | None = 9
+    group_size: int | None = None
 
     def __post_init__(self) -> None:
         if not (self.alpha > 0 and math.isfinite(self.alpha)):
@@ -34,7 +38,7 @@ class ShuffleParams:
         if not (0 < self.delta_min_factor <= self.delta_max_factor):
             raise ValueError("delta_min_factor must be > 0 and <= delta_max_factor, "
                              f"got {self.delta_min_factor!r}, {self.delta_max_factor!r}")
-        if (self.k is None) == (self.group_size is None):
+        if self.k is not None and self.group_size is not None:
             raise ValueError("set exactly one of k and group_size")
         if self.k is not None and self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
@@ -42,7 +46,9 @@ class ShuffleParams:
             raise ValueError(f"group_size must be >= 1, got {self.group_size}")
 
     def groups_for(self, n: int) -> int:
-        return self.k if self.k is not None else max(1, math.ceil(n / self.group_size))
+        if self.k is not None:
+            return self.k
+        return max(1, math.ceil(n / (self.group_size or DEFAULT_GROUP_SIZE)))
 
     def uses_mallows(self, delta: int) -> bool:
         return self.delta_min_factor * self.alpha <= delta <= self.delta_max_factor * self.alpha

@@ -1,0 +1,75 @@
+"""Ingest validation: every bad payload rejected with a reason, nothing crashes."""
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fog_shuffler.ingest import REASONS, Accepted, IngestRules, Rejected, validate
+
+RULES = IngestRules(devices={"d1": "r1", "d2": "r1", "x9": "r2"}, eps_levels=(0.5, 1.0), x_min=0.0,
+                    x_max=4000.0, lateness_periods=1)
+TOPIC = "rase/v1/reports/r1/d1"
+
+
+def good(**kw) -> bytes:
+    return json.dumps({"v": 1, "t": 100, "y": 12.0, "eps": 1.0, "seq": 3} | kw).encode()
+
+
+def reason(topic, payload, now_t=100):
+    with pytest.raises(Rejected) as e:
+        validate(topic, payload, now_t, RULES)
+    return e.value.reason
+
+
+def test_accepts_a_good_report():
+    assert validate(TOPIC, good(), 100, RULES) == Accepted("r1", "d1", 100, 12.0, 1.0)
+
+
+@pytest.mark.parametrize("topic,payload,expected", [
+    (TOPIC, b"x" * 300, "oversized"),
+    ("rase/v1/reports/r1", good(), "bad_topic"),
+    ("rase/v1/other/r1/d1", good(), "bad_topic"),
+    (TOPIC, b"{not json", "malformed_json"),
+    (TOPIC, b"[1, 2]", "malformed_json"),
+    (TOPIC, b"\xff\xfe", "malformed_json"),
+    (TOPIC, good(t="100"), "wrong_type"),
+    (TOPIC, good(y=True), "wrong_type"),
+    (TOPIC, good(v=2), "wrong_type"),
+    (TOPIC, good(extra=1), "wrong_type"),
+    (TOPIC, b'{"v":1,"t":100,"y":NaN,"eps":1.0,"seq":1}', "non_finite"),
+    (TOPIC, b'{"v":1,"t":100,"y":Infinity,"eps":1.0,"seq":1}', "non_finite"),
+    ("rase/v1/reports/r1/zz", good(), "unknown_device"),
+    ("rase/v1/reports/r2/d1", good(), "unknown_device"),   # registered elsewhere
+    (TOPIC, good(t=98), "t_out_of_range"),
+    (TOPIC, good(t=102), "t_out_of_range"),
+    (TOPIC, good(eps=2.0), "eps_not_on_menu"),
+    (TOPIC, good(y=4000.0 + 50 * 4000.0 / 1.0 + 1), "implausible_y"),
+    (TOPIC, good(y=-200_001.0), "implausible_y"),
+])
+def test_rejects_with_the_right_reason(topic, payload, expected):
+    assert reason(topic, payload) == expected
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=5),
+    max_leaves=12)
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(
+    st.binary(max_size=300),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries({}, optional={"v": json_values, "t": json_values, "y": json_values,
+                                        "eps": json_values, "seq": json_values}).map(lambda d: json.dumps(d).encode()),
+), st.sampled_from([TOPIC, "rase/v1/reports/r1/d2", "rase/v1/reports/r2/x9", "rase/v1/reports/r1/zz", "junk"]))
+def test_arbitrary_payloads_are_accepted_or_rejected_with_a_reason(payload, topic):
+    try:
+        rep = validate(topic, payload, 100, RULES)
+    except Rejected as err:
+        assert err.reason in REASONS
+    else:
+        # Whatever got through is a well-formed, plausible report.
+        assert isinstance(rep, Accepted) and rep.eps in RULES.eps_levels and 99 <= rep.t <= 101

@@ -1,0 +1,70 @@
+"""Event-time windows: close times, early close, duplicates, late, k_min."""
+
+import pytest
+
+from fog_shuffler.ingest import Accepted
+from fog_shuffler.windows import WindowManager
+
+DEVICES = {f"d{i}" for i in range(12)}
+
+
+def wm(**kw):
+    return WindowManager(registered={"r1": DEVICES}, **({"k_min": 3, "lateness_periods": 1} | kw))
+
+
+def rep(device, t, y=1.0, eps=1.0, region="r1"):
+    return Accepted(region, device, t, y, eps)
+
+
+@pytest.mark.parametrize("now_t,due", [(5, False), (6, False), (7, True), (9, True)])
+def test_closes_at_t_plus_one_plus_lateness(now_t, due):
+    m = wm()
+    m.add(rep("d1", 5))
+    assert (m.due(now_t) == [("r1", 5)]) is due
+
+
+def test_early_close_when_every_registered_device_reported():
+    m = wm()
+    for d in sorted(DEVICES):
+        m.add(rep(d, 5))
+    assert m.due(5) == [("r1", 5)]
+
+
+def test_duplicates_dropped_first_wins_and_late_counted():
+    m = wm()
+    assert m.add(rep("d1", 5, y=10.0)) == "accepted"
+    assert m.add(rep("d1", 5, y=99.0)) == "duplicate"
+    for d in ("d2", "d3"):
+        m.add(rep(d, 5))
+    cw = m.close("r1", 5)
+    assert sorted(cw.values) == [1.0, 1.0, 10.0] and cw.duplicates == 1 and not cw.suppressed
+    assert m.add(rep("d4", 5)) == "late" and m.late["r1"] == 1
+
+
+def test_window_under_k_min_is_suppressed():
+    m = wm(k_min=3)
+    m.add(rep("d1", 5))
+    m.add(rep("d2", 5))
+    assert m.close("r1", 5).suppressed
+
+
+def test_eps_levels_under_k_min_dropped_and_counted():
+    m = wm(k_min=3)
+    for i in range(4):
+        m.add(rep(f"d{i}", 5, eps=1.0))
+    m.add(rep("d8", 5, eps=0.5))           # a lone eps level would single its sender out
+    cw = m.close("r1", 5)
+    assert cw.eps == [1.0] * 4 and cw.eps_level_dropped == 1 and not cw.suppressed
+
+
+def test_arrival_order_kept_until_the_shuffle():
+    m = wm()
+    for i, d in enumerate(["d5", "d1", "d9"]):
+        m.add(rep(d, 5, y=float(i)))
+    assert m.close("r1", 5).devices == ["d5", "d1", "d9"]
+
+
+@pytest.mark.parametrize("kw,match", [({"k_min": 0}, "k_min"), ({"lateness_periods": -1}, "lateness")])
+def test_bad_parameters(kw, match):
+    with pytest.raises(ValueError, match=match):
+        wm(**kw)
