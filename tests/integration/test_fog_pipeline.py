@@ -1,6 +1,7 @@
 """Real agents -> real Mosquitto -> fog -> windows topic."""
 
 import json
+import urllib.request
 from collections import defaultdict
 
 import pytest
@@ -12,6 +13,7 @@ from fog_shuffler.schema import WindowMessage
 from fog_shuffler.service import FogService
 from rase.clock import ScaledClock
 from simulators.refit import RefitColumnSource, bundled_dir, epoch0_of, load_house
+from tests.brokers import free_port
 from tests.mqtt_helpers import Recorder, ServiceThread
 
 pytestmark = pytest.mark.integration
@@ -23,9 +25,10 @@ def test_agents_fog_windows_with_correct_metadata(mosquitto, tmp_path):
     epoch0 = epoch0_of(houses, 8.0)
     clock = ScaledClock(epoch0 + 6 * 3600, 80.0)  # 06:00, one 8 s period per 100 ms
     broker = {"port": mosquitto.port}
+    metrics_port = free_port()
     fog_cfg = FogConfig.load(None, name="itest", regions={"r1": {"refit_houses": list(HOUSES)}},
                              period_s=8.0, epoch0=epoch0, k_min=10, lateness_periods=2,
-                             journal_path=tmp_path / "fog.sqlite", broker=broker)
+                             journal_path=tmp_path / "fog.sqlite", broker=broker, metrics_port=metrics_port)
     rec = Recorder(mosquitto.port, ["rase/v1/windows/#", "rase/v1/reports/#"], persistent=False)
     fog = ServiceThread(FogService(fog_cfg, clock=clock))
     agents = []
@@ -36,6 +39,7 @@ def test_agents_fog_windows_with_correct_metadata(mosquitto, tmp_path):
             agents.append(ServiceThread(AgentService(cfg, source=RefitColumnSource(h, dev), clock=clock)))
     try:
         assert rec.wait_for(lambda: len(rec.on("rase/v1/windows/")) >= 15, timeout_s=60)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
     finally:
         for a in agents:
             a.stop()
@@ -60,5 +64,10 @@ def test_agents_fog_windows_with_correct_metadata(mosquitto, tmp_path):
         assert (w.mechanism, w.omega, w.delta_k, w.k) == ("mallows", 8, 36, 3)
         assert w.theta == pytest.approx(30 / 36)
         assert w.groups == [(0, 8), (9, 17), (18, 26)]
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.splitlines()
+              if line and not line.startswith("#")}
+    assert values["rase_fog_reports_accepted_total"] >= 27 * 10
+    assert values['rase_fog_windows_forwarded_total{mechanism="mallows"}'] >= 10
+    assert values["rase_fog_window_size_count"] >= 10 and values["rase_fog_shuffle_seconds_count"] >= 10
     body = b"".join(m.payload for m in rec.on("rase/v1/windows/"))
     assert b"h1a" not in body and b"seq" not in body and b"device" not in body
