@@ -1,0 +1,1 @@
+"""RASE fusion center: estimators, region merge, durable aggregates, precision broadcast."""

@@ -63,6 +63,47 @@ def cmd_fog(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fusion(args: argparse.Namespace) -> int:
+    from fusion_center.config import FusionConfig
+    from fusion_center.service import FusionService
+
+    service = FusionService(FusionConfig.load(args.config), config_path=args.config)
+    try:
+        asyncio.run(service.run())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    import json
+
+    from fusion_center.config import FusionConfig
+    from fusion_center.store import AggregateStore
+
+    path = args.db or FusionConfig.load(args.config).store_path
+    try:
+        store = AggregateStore(path, readonly=True)
+    except FileNotFoundError as err:
+        print(f"rase query: {err}", file=sys.stderr)
+        return 1
+    rows = store.recent(args.scope, args.t_from, args.t_to)
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+        return 0
+    print(f"{'t':>8} {'n':>6}  {'SE':>22}  {'MLE':>22}  {'BS':>22}  clamped")
+    for r in rows:
+        cells = []
+        for k in ("se", "mle", "bs"):
+            e = r["estimates"][k]
+            cells.append(f"{e['value']:>8.1f} [{e['ci'][0]:>6.0f},{e['ci'][1]:>6.0f}]")
+        flag = f"{r['share_at_bound']:.0%} at bound" if r["clamped"] else "no"
+        print(f"{r['t']:>8} {r['n']:>6}  " + "  ".join(cells) + f"  {flag}")
+    print(f"{len(rows)} timestamps", file=sys.stderr)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from simulators.demo import run_demo
 
@@ -91,6 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
     fg = sub.add_parser("fog", help="run the fog shuffler")
     fg.add_argument("--config", required=True, type=Path)
     fg.set_defaults(func=cmd_fog)
+
+    fu = sub.add_parser("fusion", help="run the fusion center")
+    fu.add_argument("--config", required=True, type=Path)
+    fu.set_defaults(func=cmd_fusion)
+
+    q = sub.add_parser("query", help="read stored aggregates")
+    q.add_argument("--from", dest="t_from", type=int, required=True, help="first logical timestamp")
+    q.add_argument("--to", dest="t_to", type=int, required=True, help="last logical timestamp")
+    q.add_argument("--json", action="store_true", help="one JSON object per line")
+    q.add_argument("--scope", default="all")
+    src = q.add_mutually_exclusive_group()
+    src.add_argument("--config", type=Path, default=Path("configs/fusion.example.toml"))
+    src.add_argument("--db", type=Path, help="the fusion center's SQLite store")
+    q.set_defaults(func=cmd_query)
 
     d = sub.add_parser("demo", help="the pipeline on an embedded broker with the bundled REFIT excerpt")
     d.add_argument("--out", default="out/demo", help="where to write results")

@@ -1,0 +1,45 @@
+"""FusionConfig: `rase fusion --config configs/fusion.example.toml` (RASE_FUSION_... overrides)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from edge_agent import wire
+from fusion_center.schema import PrecisionControl
+from rase.mqtt import BrokerConfig
+from rase.settings import TomlSettings
+
+
+class FusionConfig(TomlSettings):
+    model_config = SettingsConfigDict(env_prefix="RASE_FUSION_", env_nested_delimiter="__", extra="forbid",
+                                      frozen=True)
+
+    name: str = "fusion1"                 # MQTT client id fusion-<name> (persistent session)
+    regions: list[str] = []               # regions expected per t; others are learned as they appear
+    merge_deadline_s: float = Field(16.0, ge=0)   # close t this long after its first window
+    level: float = Field(0.95, gt=0, lt=1)
+    bootstrap_b: int = Field(1000, ge=2)
+    windows_w: list[int] = [8, 64]        # windowed averages over the last w timestamps
+    store_path: Path = Path("var/fusion.sqlite")
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    tick_s: float = Field(0.05, gt=0)
+    speedup: float = Field(1.0, gt=0)
+    precision: PrecisionControl = PrecisionControl()
+    broker: BrokerConfig = BrokerConfig()
+
+    @field_validator("regions")
+    @classmethod
+    def _regions(cls, v: list[str]) -> list[str]:
+        for r in v:
+            wire.check_name("region", r)
+        return v
+
+    @field_validator("windows_w")
+    @classmethod
+    def _ws(cls, v: list[int]) -> list[int]:
+        if any(w < 1 for w in v):
+            raise ValueError("windows_w entries must be >= 1")
+        return sorted(set(v))

@@ -1,0 +1,73 @@
+"""Merging the windows of all regions for one timestamp, and turning the
+merged reports into an Aggregate. Pure: the service supplies time and storage."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fog_shuffler.schema import WindowMessage
+from fusion_center.estimators import Estimate, bootstrap, mle, sample_mean, windowed
+from fusion_center.schema import Aggregate, EstimateOut, PrecisionControl, WindowedOut
+
+ESTIMATORS = ("se", "mle", "bs")
+
+
+class TimestampMerger:
+    """t closes when every known region has sent its window, or deadline_s
+    after its first window arrived."""
+
+    def __init__(self, known_regions: set[str], deadline_s: float):
+        if deadline_s < 0:
+            raise ValueError(f"merge deadline must be >= 0 s, got {deadline_s}")
+        self.known = set(known_regions)
+        self.deadline_s = deadline_s
+        self.pending: dict[int, dict[str, WindowMessage]] = {}
+        self.first_seen: dict[int, float] = {}
+
+    def add(self, w: WindowMessage, now: float) -> str:
+        """'accepted' or 'duplicate' (same region and t again)."""
+        self.known.add(w.region)
+        got = self.pending.setdefault(w.t, {})
+        if w.region in got:
+            return "duplicate"
+        got[w.region] = w
+        self.first_seen.setdefault(w.t, now)
+        return "accepted"
+
+    def due(self, now: float) -> list[int]:
+        return sorted(t for t, got in self.pending.items()
+                      if self.known <= set(got) or now - self.first_seen[t] >= self.deadline_s)
+
+    def pop(self, t: int) -> list[WindowMessage]:
+        self.first_seen.pop(t, None)
+        return [w for _, w in sorted(self.pending.pop(t, {}).items())]
+
+
+def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl, known_regions: set[str], *,
+              level: float = 0.95, bootstrap_b: int = 1000, history: dict[str, dict[int, Estimate]] | None = None,
+              windows_w: tuple[int, ...] = (), rng: np.random.Generator | None = None) -> tuple[Aggregate, dict]:
+    """Estimates for one timestamp. `history` maps estimator -> {t: Estimate}
+    of earlier timestamps (for windowed averages); the new ones are returned
+    alongside so the caller can extend it."""
+    z = np.concatenate([np.asarray(w.values, dtype=np.float64) for w in windows])
+    eps = np.concatenate([np.asarray(w.eps, dtype=np.float64) for w in windows])
+    cal = precision.calibration()
+    lam = cal.delta / eps
+    est = {"se": sample_mean(z, level), "mle": mle(z, lam, level),
+           "bs": bootstrap(z, bootstrap_b, level, rng=rng)}
+    clamped = bool(np.any(eps < cal.eps_star))
+    at_bound = float(np.mean((z == cal.x_min) | (z == cal.x_max)))
+    win: dict[str, dict[str, WindowedOut]] = {}
+    hist = history or {}
+    for w in windows_w:
+        per = {}
+        for name in ESTIMATORS:
+            series = dict(hist.get(name, {}))
+            series[t] = est[name]
+            per[name] = WindowedOut(**windowed(series, t, w, level))
+        win[str(w)] = per
+    regions = sorted(w.region for w in windows)
+    agg = Aggregate(t=t, n=int(z.size), regions=regions, complete=known_regions <= set(regions), level=level,
+                    estimates={k: EstimateOut(value=e.value, ci=(e.lo, e.hi), n=e.n) for k, e in est.items()},
+                    clamped=clamped, share_at_bound=at_bound, windowed=win)
+    return agg, est

@@ -1,0 +1,73 @@
+"""Messages the fusion center owns: the precision control message (agents
+parse it on the device with edge_agent.wire.parse_control) and aggregates."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from edge_agent.randomizer import Calibration
+
+CONTROL_TOPIC = "rase/v1/control/precision"
+AGGREGATE_LATEST_TOPIC = "rase/v1/aggregates/latest"
+
+
+def aggregate_topic(t: int) -> str:
+    return f"rase/v1/aggregates/t/{t}"
+
+
+class PrecisionControl(BaseModel):
+    """rase/v1/control/precision (retained): what agents calibrate against."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    v: Literal[1] = 1
+    beta: float = 0.5
+    rho: float = 0.9
+    x_min: float = 0.0
+    x_max: float = 4000.0
+    gamma: float = 1.0
+    period_s: float = Field(8.0, gt=0)
+    epoch0: float = 0.0
+    eps_levels: list[float] = [1.0]
+
+    @model_validator(mode="after")
+    def _valid(self) -> "PrecisionControl":
+        self.calibration()  # the device's own rules, so both sides agree
+        if not self.eps_levels or any(not (e > 0) for e in self.eps_levels):
+            raise ValueError("eps_levels must be a non-empty list of numbers > 0")
+        return self
+
+    def calibration(self) -> Calibration:
+        return Calibration(beta=self.beta, rho=self.rho, x_min=self.x_min, x_max=self.x_max, gamma=self.gamma)
+
+
+class EstimateOut(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: float
+    ci: tuple[float, float]
+    n: int
+
+
+class WindowedOut(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    w: int
+    present: int
+    value: float | None
+    ci: tuple[float, float] | None
+
+
+class Aggregate(BaseModel):
+    """One timestamp's estimates over all regions: rase/v1/aggregates/t/{t},
+    and the newest one retained on rase/v1/aggregates/latest."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    v: Literal[1] = 1
+    scope: str = "all"
+    t: int
+    n: int
+    regions: list[str]
+    complete: bool                       # every known region contributed
+    level: float                         # confidence level of the intervals
+    estimates: dict[Literal["se", "mle", "bs"], EstimateOut]
+    clamped: bool                        # some reports came from the clamp branch: SE is biased
+    share_at_bound: float                # share of reports exactly at x_min or x_max
+    windowed: dict[str, dict[Literal["se", "mle", "bs"], WindowedOut]] = {}

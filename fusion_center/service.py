@@ -1,0 +1,204 @@
+"""The fusion center service: `rase fusion --config configs/fusion.example.toml`.
+
+Windows are validated, stored, and only then acknowledged. A timestamp closes
+when every known region arrived or the merge deadline passed; its aggregate
+is stored once (idempotent on (scope, t)) and then published: retained on
+rase/v1/aggregates/latest and on rase/v1/aggregates/t/{t}. The precision
+requirement is published retained at start and whenever the config file's
+[precision] table changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+from pydantic import ValidationError
+
+from fog_shuffler.schema import WindowMessage
+from fusion_center.config import FusionConfig
+from fusion_center.estimators import Estimate
+from fusion_center.merge import ESTIMATORS, TimestampMerger, aggregate
+from fusion_center.metrics import FusionMetrics
+from fusion_center.schema import AGGREGATE_LATEST_TOPIC, CONTROL_TOPIC, PrecisionControl, aggregate_topic
+from fusion_center.sources import MqttWindowSource, WindowSource
+from fusion_center.store import AggregateStore
+from rase.clock import ScaledClock, WallClock
+from rase.mqtt import paho_client
+from rase.settings import ConfigError
+
+log = logging.getLogger(__name__)
+LARGE = 20_000  # estimate in a worker thread above this many reports
+
+
+class FusionService:
+    def __init__(self, cfg: FusionConfig, *, config_path: str | Path | None = None, clock=None,
+                 source: WindowSource | None = None, metrics: FusionMetrics | None = None):
+        self.cfg = cfg
+        self.config_path = Path(config_path) if config_path else None
+        self._config_mtime = self.config_path.stat().st_mtime if self.config_path else None
+        self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
+        self.metrics = metrics or FusionMetrics()
+        self.precision = cfg.precision
+        self.store = AggregateStore(cfg.store_path)
+        self.merger = TimestampMerger(set(cfg.regions), cfg.merge_deadline_s)
+        self.client = paho_client(cfg.broker, f"fusion-{cfg.name}", clean_session=False, manual_ack=True)
+        self.client.on_connect = self._on_connect
+        self.source = source or MqttWindowSource(self.client)
+        self.history: dict[str, dict[int, Estimate]] = {name: {} for name in ESTIMATORS}
+        self.connected = False
+        self._control_sent: PrecisionControl | None = None
+        self._inflight: dict[tuple[str, int], list[mqtt.MQTTMessageInfo]] = {}
+        self._restore()
+
+    def _restore(self) -> None:
+        n = 0
+        for region, t, payload, received in self.store.pending_windows():
+            self.merger.add(WindowMessage.model_validate_json(payload), received)
+            n += 1
+        wmax = max(self.cfg.windows_w, default=0)
+        for row in self.store.recent("all", -2**62, 2**62)[-wmax:] if wmax else []:
+            for name in ESTIMATORS:
+                e = row["estimates"][name]
+                self.history[name][row["t"]] = Estimate(e["value"], e["ci"][0], e["ci"][1], e["n"])
+        if n:
+            log.info("fusion restored %d stored windows of %d timestamps", n, len(self.merger.pending))
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
+        if reason_code.is_failure:
+            log.error("fusion connect refused: %s", reason_code)
+            return
+        self.connected = True
+        self._control_sent = None  # (re)publish the retained precision after every connect
+        log.info("fusion connected to %s:%d", self.cfg.broker.host, self.cfg.broker.port)
+
+    # -- precision broadcast ---------------------------------------------------
+    def publish_precision(self) -> None:
+        if not self.connected or self._control_sent == self.precision:
+            return
+        self.client.publish(CONTROL_TOPIC, self.precision.model_dump_json(), qos=1, retain=True)
+        self._control_sent = self.precision
+        log.info("precision broadcast: %s", self.precision.model_dump())
+
+    def check_config_change(self) -> None:
+        if self.config_path is None:
+            return
+        try:
+            mtime = self.config_path.stat().st_mtime
+        except OSError:
+            return
+        if mtime == self._config_mtime:
+            return
+        self._config_mtime = mtime
+        try:
+            new = FusionConfig.load(self.config_path)
+        except ConfigError as err:
+            log.error("config change ignored: %s", err)
+            return
+        if new.precision != self.precision:
+            self.precision = new.precision
+            log.info("precision changed in %s", self.config_path)
+
+    # -- windows -----------------------------------------------------------------
+    def process_incoming(self) -> int:
+        got = self.source.poll(5000)
+        now = self.clock.now()
+        for r in got:
+            try:
+                w = WindowMessage.model_validate_json(r.payload)
+            except ValidationError as err:
+                self.metrics.rejected.inc()
+                log.warning("rejected window: %s", str(err).splitlines()[0])
+                r.ack()
+                continue
+            if self.store.has_aggregate("all", w.t):
+                self.metrics.late.inc()
+                r.ack()
+                continue
+            if self.store.add_window(w.region, w.t, w.model_dump_json(), now):
+                self.merger.add(w, now)
+                self.metrics.consumed.inc()
+            else:
+                self.metrics.duplicates.inc()
+            r.ack()
+        return len(got)
+
+    def _estimate(self, t: int, windows: list[WindowMessage]):
+        t0 = time.perf_counter()
+        agg, est = aggregate(t, windows, self.precision, self.merger.known, level=self.cfg.level,
+                             bootstrap_b=self.cfg.bootstrap_b, history=self.history,
+                             windows_w=tuple(self.cfg.windows_w))
+        return agg, est, time.perf_counter() - t0
+
+    async def close_due(self) -> int:
+        closed = 0
+        for t in self.merger.due(self.clock.now()):
+            first = self.merger.first_seen.get(t, self.clock.now())
+            windows = self.merger.pop(t)
+            n = sum(w.n for w in windows)
+            if n > LARGE:
+                agg, est, secs = await asyncio.to_thread(self._estimate, t, windows)
+            else:
+                agg, est, secs = self._estimate(t, windows)
+            self.metrics.estimator_seconds.observe(secs)
+            if self.store.store_aggregate("all", t, agg.model_dump_json(), self.clock.now()):
+                self.metrics.closed.inc()
+                if not agg.complete:
+                    self.metrics.incomplete.inc()
+                for name in ESTIMATORS:
+                    self.history[name][t] = est[name]
+                    cutoff = t - max(self.cfg.windows_w, default=0)
+                    for old in [k for k in self.history[name] if k <= cutoff]:
+                        del self.history[name][old]
+                self.metrics.lag.observe(max(0.0, (self.clock.now() - first) / getattr(self.clock, "speedup", 1)))
+            closed += 1
+        return closed
+
+    def publish_unpublished(self) -> int:
+        """Publish stored aggregates; mark them published once both PUBACKs came."""
+        done = [key for key, infos in self._inflight.items() if all(i.is_published() for i in infos)]
+        for scope, t in done:
+            self.store.mark_published(scope, t)
+            del self._inflight[(scope, t)]
+        if not self.connected:
+            return len(done)
+        for scope, t, payload in self.store.unpublished():
+            if (scope, t) in self._inflight:
+                continue
+            infos = [self.client.publish(aggregate_topic(t), payload, qos=1),
+                     self.client.publish(AGGREGATE_LATEST_TOPIC, payload, qos=1, retain=True)]
+            if any(i.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN) for i in infos):
+                break
+            self._inflight[(scope, t)] = infos
+        return len(done)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        stop = stop or asyncio.Event()
+        if self.cfg.metrics_port is not None:
+            self.metrics.serve(self.cfg.metrics_port)
+        self.client.connect_async(self.cfg.broker.host, self.cfg.broker.port, keepalive=self.cfg.broker.keepalive_s)
+        self.client.loop_start()
+        self.source.start()
+        last_config_check = 0.0
+        try:
+            while not stop.is_set():
+                self.publish_precision()
+                while self.process_incoming():
+                    pass
+                await self.close_due()
+                self.publish_unpublished()
+                if time.monotonic() - last_config_check > 1.0:
+                    self.check_config_change()
+                    last_config_check = time.monotonic()
+                try:
+                    await asyncio.wait_for(stop.wait(), self.cfg.tick_s)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self.source.stop()
+            self.client.disconnect()
+            self.client.loop_stop()
+            self.store.close()

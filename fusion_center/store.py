@@ -1,0 +1,70 @@
+"""Durable state of the fusion center (SQLite, WAL).
+
+- `windows`: every valid window received, stored before it is acknowledged.
+- `aggregates`: one row per (scope, t), inserted once (idempotent), with a
+  `published` flag so a restart republishes what a crash left unpublished.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS windows (region TEXT, t INTEGER, payload TEXT, received REAL,
+                                    PRIMARY KEY (region, t));
+CREATE TABLE IF NOT EXISTS aggregates (scope TEXT, t INTEGER, payload TEXT, published INTEGER DEFAULT 0,
+                                       created REAL, PRIMARY KEY (scope, t));
+"""
+
+
+class AggregateStore:
+    def __init__(self, path: str | Path, readonly: bool = False):
+        if readonly:
+            if not Path(path).exists():
+                raise FileNotFoundError(f"no aggregate store at {path}")
+            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+            return
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def add_window(self, region: str, t: int, payload: str, received: float) -> bool:
+        cur = self.db.execute("INSERT OR IGNORE INTO windows VALUES (?,?,?,?)", (region, t, payload, received))
+        return cur.rowcount == 1
+
+    def pending_windows(self) -> list[tuple[str, int, str, float]]:
+        return self.db.execute("SELECT region, t, payload, received FROM windows ORDER BY t, region").fetchall()
+
+    def has_aggregate(self, scope: str, t: int) -> bool:
+        return self.db.execute("SELECT 1 FROM aggregates WHERE scope=? AND t=?", (scope, t)).fetchone() is not None
+
+    def store_aggregate(self, scope: str, t: int, payload: str, created: float) -> bool:
+        """Insert the aggregate and drop its windows in one transaction;
+        False if (scope, t) was already stored."""
+        with self.db:
+            self.db.execute("BEGIN")
+            cur = self.db.execute("INSERT OR IGNORE INTO aggregates (scope, t, payload, created) VALUES (?,?,?,?)",
+                                  (scope, t, payload, created))
+            self.db.execute("DELETE FROM windows WHERE t=?", (t,))
+            return cur.rowcount == 1
+
+    def unpublished(self) -> list[tuple[str, int, str]]:
+        return self.db.execute("SELECT scope, t, payload FROM aggregates WHERE published=0 ORDER BY t").fetchall()
+
+    def mark_published(self, scope: str, t: int) -> None:
+        self.db.execute("UPDATE aggregates SET published=1 WHERE scope=? AND t=?", (scope, t))
+
+    def recent(self, scope: str, t_from: int, t_to: int) -> list[dict]:
+        rows = self.db.execute("SELECT payload FROM aggregates WHERE scope=? AND t BETWEEN ? AND ? ORDER BY t",
+                               (scope, t_from, t_to)).fetchall()
+        return [json.loads(p) for (p,) in rows]
+
+    def count(self, scope: str = "all") -> int:
+        return self.db.execute("SELECT COUNT(*) FROM aggregates WHERE scope=?", (scope,)).fetchone()[0]

@@ -1,0 +1,53 @@
+"""Merging regions per timestamp, and aggregates with the clamping flag."""
+
+import numpy as np
+import pytest
+
+from fog_shuffler.schema import WindowMessage
+from fusion_center.merge import TimestampMerger, aggregate
+from fusion_center.schema import PrecisionControl
+
+
+def window(region, t, values, eps=1.0):
+    return WindowMessage(region=region, t=t, n=len(values), values=values, eps=[eps] * len(values),
+                         mechanism="uniform", alpha=30.0, theta=None, delta_k=0, omega=0, k=1,
+                         groups=[(0, len(values) - 1)])
+
+
+def test_t_closes_when_all_known_regions_arrived():
+    m = TimestampMerger({"r1", "r2"}, deadline_s=10)
+    m.add(window("r1", 5, [1.0] * 10), now=0)
+    assert m.due(1) == []
+    assert m.add(window("r1", 5, [2.0] * 10), now=1) == "duplicate"
+    m.add(window("r2", 5, [3.0] * 10), now=2)
+    assert m.due(2) == [5]
+    assert [w.region for w in m.pop(5)] == ["r1", "r2"]
+
+
+def test_t_closes_at_the_deadline_without_a_missing_region():
+    m = TimestampMerger({"r1", "r2"}, deadline_s=10)
+    m.add(window("r1", 5, [1.0] * 10), now=100)
+    assert m.due(109.9) == [] and m.due(110) == [5]
+
+
+def test_aggregate_merges_regions_and_flags_clamping():
+    p = PrecisionControl(x_min=0, x_max=4000)           # eps_star 4.605: eps 1 is clamped
+    ws = [window("r1", 7, [0.0, 4000.0, 100.0, 200.0]), window("r2", 7, [300.0, 4000.0])]
+    agg, est = aggregate(7, ws, p, {"r1", "r2", "r3"}, rng=np.random.default_rng(0))
+    assert agg.n == 6 and agg.regions == ["r1", "r2"] and not agg.complete
+    assert agg.estimates["se"].value == pytest.approx(np.mean([0, 4000, 100, 200, 300, 4000]))
+    assert agg.clamped and agg.share_at_bound == pytest.approx(3 / 6)
+    agg9, _ = aggregate(7, [window("r1", 7, [5000.0, -50.0], eps=9.0)], p, {"r1"}, rng=np.random.default_rng(0))
+    assert not agg9.clamped and agg9.complete
+
+
+def test_windowed_in_aggregate_uses_history():
+    p = PrecisionControl()
+    hist = {}
+    for t in (1, 2, 4):
+        agg, est = aggregate(t, [window("r1", t, [float(t * 100)] * 3)], p, {"r1"}, history=hist,
+                             windows_w=(3,), rng=np.random.default_rng(t))
+        for k, e in est.items():
+            hist.setdefault(k, {})[t] = e
+    w3 = agg.windowed["3"]["se"]
+    assert w3.present == 2 and w3.value == pytest.approx(300.0)   # t = 2 and 4 of 2..4
