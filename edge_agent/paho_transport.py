@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import paho.mqtt.client as mqtt
 
@@ -33,6 +34,9 @@ class PahoTransport:
         self.acked = 0                    # written by paho's thread only
         self.control_errors = 0
         self.connects = 0
+        self.control_applied = threading.Event()
+        self.subscribed_at: float | None = None   # time.monotonic() of the control SUBACK
+        self.started_at = time.monotonic()
         self.client = self._make_client()
 
     def _make_client(self) -> mqtt.Client:
@@ -43,6 +47,7 @@ class PahoTransport:
         c.on_disconnect = self._on_disconnect
         c.on_publish = self._on_publish
         c.on_message = self._on_message
+        c.on_subscribe = self._on_subscribe
         return c
 
     # paho thread -------------------------------------------------------
@@ -56,6 +61,10 @@ class PahoTransport:
         self.connected.set()
         log.info("agent=%s connected to %s:%d", self.core.device, self.broker.host, self.broker.port)
 
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties):  # noqa: ANN001
+        if self.subscribed_at is None:
+            self.subscribed_at = time.monotonic()
+
     def _on_disconnect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
         self.connected.clear()
         log.info("agent=%s disconnected: %s", self.core.device, reason_code)
@@ -68,13 +77,27 @@ class PahoTransport:
             return
         with self.lock:
             try:
+                if not msg.payload:
+                    return  # a cleared retained message: keep the current calibration
                 cal = self.core.apply_control(msg.payload)
+                self.control_applied.set()
                 log.info("agent=%s recalibrated: %s levels=%s", self.core.device, cal.as_dict(), self.core.eps_levels)
             except ValueError as err:
                 self.control_errors += 1
                 log.warning("agent=%s ignored bad control message: %s", self.core.device, err)
 
     # caller's thread -----------------------------------------------------
+    def calibrated(self, grace_s: float, give_up_s: float) -> bool:
+        """True once the agent may take its first reading: a control message
+        was applied, or none came within grace_s of subscribing (no fusion
+        center: local config), or the broker stayed unreachable for give_up_s."""
+        if self.control_applied.is_set():
+            return True
+        now = time.monotonic()
+        if self.subscribed_at is not None and now - self.subscribed_at >= grace_s:
+            return True
+        return now - self.started_at >= give_up_s
+
     @property
     def inflight(self) -> int:
         return self.published - self.acked

@@ -29,7 +29,7 @@ class AgentService:
     """One agent: read the source once per period, randomize, publish."""
 
     def __init__(self, cfg: AgentConfig, *, source: Source | None = None, clock=None,
-                 pump_interval_s: float = 0.2):
+                 pump_interval_s: float = 0.2, control_grace_s: float = 0.5, give_up_s: float = 10.0):
         self.cfg = cfg
         self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
         self.core = build_core(cfg)
@@ -37,9 +37,15 @@ class AgentService:
         self.transport = PahoTransport(self.core, cfg.broker, max_inflight=cfg.max_inflight)
         self.pump_interval_s = pump_interval_s
         self.sensor_errors = 0
+        # The retained precision message arrives just after subscribing; wait
+        # that long before the first reading so it is calibrated from the start.
+        self.control_grace_s = control_grace_s
+        self.give_up_s = give_up_s
 
     def tick(self) -> str | None:
         """Take one reading now (if this period has none yet) and queue it."""
+        if not self.transport.calibrated(self.control_grace_s, self.give_up_s):
+            return None
         now = self.clock.now()
         with self.transport.lock:
             if self.core.last_t is not None and self.core.logical_t(now) <= self.core.last_t:
