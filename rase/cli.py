@@ -107,7 +107,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from simulators.demo import run_demo
 
-    return asyncio.run(run_demo(out_dir=Path(args.out), periods=args.periods))
+    return asyncio.run(run_demo(out_dir=Path(args.out), hours=args.hours))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="the pipeline on an embedded broker with the bundled REFIT excerpt")
     d.add_argument("--out", default="out/demo", help="where to write results")
-    d.add_argument("--periods", type=int, default=300, help="logical timestamps to replay")
+    d.add_argument("--hours", type=float, default=3.0, help="simulated hours to replay")
     d.set_defaults(func=cmd_demo)
     return p
 

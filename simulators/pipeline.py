@@ -1,0 +1,227 @@
+"""The whole pipeline in one process, driven by a manual clock: real agents
+(AgentCore + paho) for REFIT devices -> broker -> fog -> fusion center.
+
+Used by `rase demo` and `rase replay`. Each logical timestamp t is replayed by
+setting the clock just before the end of period t, letting every agent take
+its reading (the documented REFIT mapping: the last row with
+Unix < epoch0 + (t+1) period_s), and waiting until the fog has taken every
+report before moving on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edge_agent.config import AgentConfig
+from edge_agent.service import AgentService
+from fog_shuffler.config import FogConfig
+from fog_shuffler.ingest import REASONS
+from fog_shuffler.service import FogService
+from fusion_center.config import FusionConfig
+from fusion_center.schema import PrecisionControl
+from fusion_center.service import FusionService
+from rase.clock import ManualClock
+from rase.mqtt import BrokerConfig
+from simulators.embedded_broker import EmbeddedBroker
+from simulators.refit import DEFAULT_MAX_HOLD_S, House, RefitColumnSource, epoch0_of, grid_readings, load_house
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PipelineSpec:
+    data_dir: Path
+    houses: list[int]
+    hours: float = 3.0
+    start_offset_s: float = 0.0          # from epoch0
+    eps: float = 5.0
+    period_s: float = 8.0
+    clone: int = 1
+    clone_shift_s: float = 3600.0        # clone c replays its house shifted by c * this
+    k_min: int = 10
+    lateness_periods: int = 4            # lets the driver run a few timestamps ahead of the fog
+    alpha: float = 30.0
+    group_size: int = 9
+    bootstrap_b: int = 1000
+    windows_w: list[int] = field(default_factory=lambda: [8, 64])
+    x_min: float = 0.0
+    x_max: float = 4000.0
+    gamma: float = 1.0
+    broker_url: str | None = None
+    work_dir: Path | None = None
+    progress: bool = True
+
+
+@dataclass
+class Device:
+    id: str
+    house: House
+    column: str
+    shift_s: float
+
+
+@dataclass
+class PipelineResult:
+    params: dict
+    aggregates: list[dict]
+    devices: list[Device]
+    reports: int
+    fog: dict
+    elapsed_s: float
+
+
+def fleet(houses: list[House], clone: int, clone_shift_s: float) -> list[Device]:
+    out = []
+    for h in houses:
+        for c in range(clone):
+            for col in h.device_ids():
+                dev = col if clone == 1 else col.replace(f"h{h.house}", f"h{h.house}c{c}", 1)
+                out.append(Device(dev, h, col, c * clone_shift_s))
+    return out
+
+
+def truth(devices: list[Device], epoch0: float, period_s: float, t0: int, n_t: int,
+          max_hold_s: float = DEFAULT_MAX_HOLD_S) -> tuple[np.ndarray, np.ndarray]:
+    """True mean reading per timestamp over the devices that have a reading
+    (the documented mapping), and how many devices that is."""
+    rows = []
+    for d in devices:
+        r = grid_readings(d.house, d.column, epoch0 - d.shift_s, period_s, t0 + n_t, max_hold_s)[t0:]
+        rows.append(r)
+    m = np.vstack(rows)
+    present = ~np.isnan(m)
+    with np.errstate(invalid="ignore"):
+        mean = np.nansum(m, axis=0) / present.sum(axis=0)
+    return mean, present.sum(axis=0)
+
+
+async def _wait(pred, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        await asyncio.sleep(0.002)
+    return pred()
+
+
+async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
+    started = time.monotonic()
+    houses = [load_house(spec.data_dir, h) for h in spec.houses]
+    epoch0 = epoch0_of(houses, spec.period_s)
+    t0 = int(spec.start_offset_s // spec.period_s)
+    n_t = int(spec.hours * 3600 // spec.period_s)
+    devices = fleet(houses, spec.clone, spec.clone_shift_s)
+    work = Path(spec.work_dir or tempfile.mkdtemp(prefix="rase-pipeline-"))
+    work.mkdir(parents=True, exist_ok=True)
+    for f in ("fog.sqlite", "fusion.sqlite"):
+        for suffix in ("", "-wal", "-shm"):
+            (work / (f + suffix)).unlink(missing_ok=True)
+    for noisy in ("edge_agent", "fog_shuffler", "fusion_center"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    clock = ManualClock(epoch0 + t0 * spec.period_s)
+    precision = PrecisionControl(x_min=spec.x_min, x_max=spec.x_max, gamma=spec.gamma, period_s=spec.period_s,
+                                 epoch0=epoch0, eps_levels=[spec.eps])
+    params = {"period_s": spec.period_s, "epoch0": epoch0, "t_start": t0, "timestamps": n_t,
+              "houses": spec.houses, "devices": len(devices), "clone": spec.clone, "eps": spec.eps,
+              "x_min": spec.x_min, "x_max": spec.x_max, "gamma": spec.gamma, "k_min": spec.k_min,
+              "mechanism": {"alpha": spec.alpha, "group_size": spec.group_size,
+                            "mallows_delta_range": [spec.alpha, 10 * spec.alpha]},
+              "bootstrap_b": spec.bootstrap_b, "windows_w": spec.windows_w}
+    broker_ctx = EmbeddedBroker() if spec.broker_url is None else None
+    if broker_ctx is not None:
+        await broker_ctx.__aenter__()
+        broker = BrokerConfig(host=broker_ctx.host, port=broker_ctx.port)
+    else:
+        broker = BrokerConfig.from_url(spec.broker_url)
+    params["broker"] = f"{broker.host}:{broker.port}" + (" (embedded amqtt)" if broker_ctx else "")
+    b = broker.model_dump()
+    region = {"refit_houses": spec.houses, "refit_clones": spec.clone}
+    fog = FogService(FogConfig.load(None, name=f"pipeline{id(spec) % 10000}", regions={"r1": region},
+                                    period_s=spec.period_s, epoch0=epoch0, k_min=spec.k_min,
+                                    lateness_periods=spec.lateness_periods, eps_levels=[spec.eps],
+                                    x_min=spec.x_min, x_max=spec.x_max, journal_path=work / "fog.sqlite",
+                                    tick_s=0.005, broker=b,
+                                    shuffler={"alpha": spec.alpha, "group_size": spec.group_size}), clock=clock)
+    fusion = FusionService(FusionConfig.load(None, name=f"pipeline{id(spec) % 10000}", regions=["r1"],
+                                             merge_deadline_s=spec.period_s * 4, bootstrap_b=spec.bootstrap_b,
+                                             windows_w=spec.windows_w, store_path=work / "fusion.sqlite",
+                                             tick_s=0.005, precision=precision.model_dump(), broker=b),
+                           clock=clock)
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(fog.run(stop)), asyncio.create_task(fusion.run(stop))]
+    agents = []
+    reports = 0
+    try:
+        for d in devices:
+            cfg = AgentConfig.load(None, device=d.id, region="r1", eps=spec.eps, period_s=spec.period_s,
+                                   epoch0=epoch0, budget_eps=1e9, ledger_path=work / "ledgers" / f"{d.id}.json",
+                                   outbox_capacity=100_000, broker=b)
+            (work / "ledgers" / f"{d.id}.json").unlink(missing_ok=True)
+            agents.append(AgentService(cfg, source=RefitColumnSource(d.house, d.column, time_shift_s=d.shift_s),
+                                       clock=clock))
+        for a in agents:
+            a.transport.start()
+        if not await _wait(lambda: all(a.transport.control_applied.is_set() for a in agents), 60):
+            raise RuntimeError("agents did not receive the precision broadcast within 60 s")
+        last_report = time.monotonic()
+        produced: list[int] = []   # cumulative reports after each timestamp
+        max_lag = max(0, spec.lateness_periods - 2)
+        for i, t in enumerate(range(t0, t0 + n_t)):
+            clock.set(epoch0 + (t + 1) * spec.period_s - 1e-3)
+            for a in agents:
+                if a.tick() is not None:
+                    reports += 1
+                a.transport.pump()
+            taken = lambda: fog.metrics.accepted._value.get() + sum(  # noqa: E731
+                fog.metrics.rejected.labels(r)._value.get() for r in ("t_out_of_range",))
+            produced.append(reports)
+            # Run ahead of the fog by at most max_lag timestamps (within its lateness).
+            need = produced[i - max_lag] if i >= max_lag else 0
+            if not await _wait(lambda: taken() >= need, 30):
+                log.warning("t=%d: fog has %d of %d reports after 30 s", t, taken(), need)
+            tty = sys.stderr.isatty()
+            if spec.progress and (time.monotonic() - last_report > (1.0 if tty else 10.0) or i == n_t - 1):
+                last_report = time.monotonic()
+                line = f"  replay t {i + 1:>6}/{n_t}  reports {reports:>8}  aggregates {fusion.store.count():>6}"
+                print("\r" + line if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+        await _wait(lambda: taken() >= reports, 30)
+        # Let the last windows close (lateness) and the fusion center catch up.
+        clock.set(epoch0 + (t0 + n_t + spec.lateness_periods + 2) * spec.period_s)
+        await _wait(lambda: not fog.windows.open and not fusion.merger.pending, 30)
+        await asyncio.sleep(0.2)
+        if spec.progress and sys.stderr.isatty():
+            print(file=sys.stderr)
+        aggregates = fusion.store.recent("all", t0, t0 + n_t)
+        fog_stats = {"windows_forwarded": int(sum(fog.metrics.forwarded.labels(m)._value.get()
+                                                  for m in ("mallows", "uniform"))),
+                     "windows_suppressed": int(fog.metrics.suppressed._value.get()),
+                     "mallows": int(fog.metrics.forwarded.labels("mallows")._value.get()),
+                     "uniform": int(fog.metrics.forwarded.labels("uniform")._value.get()),
+                     "rejected": int(sum(fog.metrics.rejected.labels(r)._value.get() for r in REASONS)),
+                     "late": int(fog.metrics.late._value.get())}
+    finally:
+        # Off the event loop: an embedded broker must keep running to ack the offline status.
+        await asyncio.gather(*(asyncio.to_thread(a.transport.stop, 1.0) for a in agents))
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if broker_ctx is not None:
+            await broker_ctx.__aexit__(None, None, None)
+    return PipelineResult(params, aggregates, devices, reports, fog_stats, time.monotonic() - started)
+
+
+def write_jsonl(result: PipelineResult, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        f.write(json.dumps({"params": result.params}) + "\n")
+        for a in result.aggregates:
+            f.write(json.dumps({"t": a["t"], "n": a["n"], "estimates": a["estimates"], "clamped": a["clamped"],
+                                "share_at_bound": a["share_at_bound"], "windowed": a["windowed"]}) + "\n")

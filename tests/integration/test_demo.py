@@ -1,0 +1,26 @@
+"""`rase demo` as a user runs it (shortened): embedded broker, bundled REFIT,
+whole pipeline, summary and plot."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_demo_runs_the_whole_pipeline_and_writes_the_plot(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "rase.cli", "demo", "--hours", "0.1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert "devices 45" in out and "timestamps 45" in out
+    assert "windows forwarded 45" in out and "aggregates stored 45" in out
+    for name in ("SE", "MLE", "BS"):
+        assert any(line.startswith(name) for line in out.splitlines())
+    png = tmp_path / "true_vs_estimated.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    lines = (tmp_path / "aggregates.jsonl").read_text().splitlines()
+    assert len(lines) == 46 and '"params"' in lines[0]
