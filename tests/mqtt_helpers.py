@@ -54,10 +54,15 @@ class Recorder:
 
 
 def publish_retained(port: int, topic: str, payload: bytes | str) -> None:
+    publish_once(port, topic, payload, retain=True)
+
+
+def publish_once(port: int, topic: str, payload: bytes | str, retain: bool = False) -> None:
+    """Connect, publish one QoS 1 message, wait for its PUBACK, disconnect."""
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
     c.connect("127.0.0.1", port)
     c.loop_start()
-    c.publish(topic, payload, qos=1, retain=True).wait_for_publish(10)
+    c.publish(topic, payload, qos=1, retain=retain).wait_for_publish(10)
     c.disconnect()
     c.loop_stop()
 
