@@ -81,6 +81,8 @@ class AgentService:
                 except asyncio.TimeoutError:
                     pass
         finally:
-            self.transport.stop()
+            # In a worker thread: waiting for the offline status's PUBACK must not
+            # block an event loop that may be running the broker itself.
+            await asyncio.to_thread(self.transport.stop)
             log.info("agent=%s stopped: sent=%d outbox=%d dropped=%d budget_skips=%d", self.cfg.device,
                      self.core.sent, len(self.core.outbox), self.core.outbox.dropped, self.core.skipped_budget)

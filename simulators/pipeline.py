@@ -29,7 +29,7 @@ from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
 from fusion_center.schema import PrecisionControl
 from fusion_center.service import FusionService
-from rase.clock import ManualClock
+from rase.clock import ManualClock, ScaledClock
 from rase.mqtt import BrokerConfig
 from simulators.embedded_broker import EmbeddedBroker
 from simulators.refit import DEFAULT_MAX_HOLD_S, House, RefitColumnSource, epoch0_of, grid_readings, load_house
@@ -59,6 +59,7 @@ class PipelineSpec:
     broker_url: str | None = None
     work_dir: Path | None = None
     progress: bool = True
+    speedup: float | None = None         # None: --fast (manual clock); else simulated time this many times real
 
 
 @dataclass
@@ -113,6 +114,50 @@ async def _wait(pred, timeout_s: float) -> bool:
     return pred()
 
 
+def _progress(spec: PipelineSpec, i: int, n_t: int, reports: int, stored: int, state: dict) -> None:
+    tty = sys.stderr.isatty()
+    if spec.progress and (time.monotonic() - state.get("last", 0) > (1.0 if tty else 10.0) or i == n_t):
+        state["last"] = time.monotonic()
+        line = f"  replay t {i:>6}/{n_t}  reports {reports:>8}  aggregates {stored:>6}"
+        print("\r" + line if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+
+async def _drive_fast(spec, agents, clock, epoch0, t0, n_t, taken, fusion) -> int:
+    """Manual clock: each t just before its end, every agent reads, then on."""
+    reports = 0
+    produced: list[int] = []   # cumulative reports after each timestamp
+    max_lag = max(0, spec.lateness_periods - 2)
+    state: dict = {}
+    for i, t in enumerate(range(t0, t0 + n_t)):
+        clock.set(epoch0 + (t + 1) * spec.period_s - 1e-3)
+        for a in agents:
+            if a.tick() is not None:
+                reports += 1
+            a.transport.pump()
+        produced.append(reports)
+        # Run ahead of the fog by at most max_lag timestamps (within its lateness).
+        need = produced[i - max_lag] if i >= max_lag else 0
+        if not await _wait(lambda: taken() >= need, 30):
+            log.warning("t=%d: fog has %d of %d reports after 30 s", t, taken(), need)
+        _progress(spec, i + 1, n_t, reports, fusion.store.count(), state)
+    return reports
+
+
+async def _drive_scaled(spec, agents, clock, epoch0, t0, n_t, fusion) -> int:
+    """Scaled clock: the agents run their own loops, as deployed."""
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(a.run(stop)) for a in agents]
+    end = epoch0 + (t0 + n_t) * spec.period_s
+    state: dict = {}
+    while clock.now() < end:
+        i = min(n_t, int((clock.now() - epoch0) // spec.period_s) - t0)
+        _progress(spec, i, n_t, sum(a.core.sent for a in agents), fusion.store.count(), state)
+        await asyncio.sleep(0.2)
+    stop.set()
+    await asyncio.gather(*tasks)
+    return sum(a.core.sent for a in agents)
+
+
 async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
     started = time.monotonic()
     houses = [load_house(spec.data_dir, h) for h in spec.houses]
@@ -127,7 +172,8 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
             (work / (f + suffix)).unlink(missing_ok=True)
     for noisy in ("edge_agent", "fog_shuffler", "fusion_center"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    clock = ManualClock(epoch0 + t0 * spec.period_s)
+    start = epoch0 + t0 * spec.period_s
+    clock = ManualClock(start) if spec.speedup is None else ScaledClock(start, spec.speedup)
     precision = PrecisionControl(x_min=spec.x_min, x_max=spec.x_max, gamma=spec.gamma, period_s=spec.period_s,
                                  epoch0=epoch0, eps_levels=[spec.eps])
     params = {"period_s": spec.period_s, "epoch0": epoch0, "t_start": t0, "timestamps": n_t,
@@ -159,7 +205,6 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
     stop = asyncio.Event()
     tasks = [asyncio.create_task(fog.run(stop)), asyncio.create_task(fusion.run(stop))]
     agents = []
-    reports = 0
     try:
         for d in devices:
             cfg = AgentConfig.load(None, device=d.id, region="r1", eps=spec.eps, period_s=spec.period_s,
@@ -168,34 +213,24 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
             (work / "ledgers" / f"{d.id}.json").unlink(missing_ok=True)
             agents.append(AgentService(cfg, source=RefitColumnSource(d.house, d.column, time_shift_s=d.shift_s),
                                        clock=clock))
-        for a in agents:
-            a.transport.start()
-        if not await _wait(lambda: all(a.transport.control_applied.is_set() for a in agents), 60):
-            raise RuntimeError("agents did not receive the precision broadcast within 60 s")
-        last_report = time.monotonic()
-        produced: list[int] = []   # cumulative reports after each timestamp
-        max_lag = max(0, spec.lateness_periods - 2)
-        for i, t in enumerate(range(t0, t0 + n_t)):
-            clock.set(epoch0 + (t + 1) * spec.period_s - 1e-3)
+        if spec.speedup is None:
             for a in agents:
-                if a.tick() is not None:
-                    reports += 1
-                a.transport.pump()
-            taken = lambda: fog.metrics.accepted._value.get() + sum(  # noqa: E731
-                fog.metrics.rejected.labels(r)._value.get() for r in ("t_out_of_range",))
-            produced.append(reports)
-            # Run ahead of the fog by at most max_lag timestamps (within its lateness).
-            need = produced[i - max_lag] if i >= max_lag else 0
-            if not await _wait(lambda: taken() >= need, 30):
-                log.warning("t=%d: fog has %d of %d reports after 30 s", t, taken(), need)
-            tty = sys.stderr.isatty()
-            if spec.progress and (time.monotonic() - last_report > (1.0 if tty else 10.0) or i == n_t - 1):
-                last_report = time.monotonic()
-                line = f"  replay t {i + 1:>6}/{n_t}  reports {reports:>8}  aggregates {fusion.store.count():>6}"
-                print("\r" + line if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+                a.transport.start()
+            if not await _wait(lambda: all(a.transport.control_applied.is_set() for a in agents), 60):
+                raise RuntimeError("agents did not receive the precision broadcast within 60 s")
+        taken = lambda: fog.metrics.accepted._value.get() + sum(  # noqa: E731
+            fog.metrics.rejected.labels(r)._value.get() for r in ("t_out_of_range",))
+        if spec.speedup is None:
+            reports = await _drive_fast(spec, agents, clock, epoch0, t0, n_t, taken, fusion)
+        else:
+            reports = await _drive_scaled(spec, agents, clock, epoch0, t0, n_t, fusion)
         await _wait(lambda: taken() >= reports, 30)
         # Let the last windows close (lateness) and the fusion center catch up.
-        clock.set(epoch0 + (t0 + n_t + spec.lateness_periods + 2) * spec.period_s)
+        flush_to = epoch0 + (t0 + n_t + spec.lateness_periods + 2) * spec.period_s
+        if isinstance(clock, ManualClock):
+            clock.set(flush_to)
+        else:
+            await asyncio.sleep(max(0.0, (flush_to - clock.now()) / spec.speedup))
         await _wait(lambda: not fog.windows.open and not fusion.merger.pending, 30)
         await asyncio.sleep(0.2)
         if spec.progress and sys.stderr.isatty():
@@ -210,7 +245,8 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
                      "late": int(fog.metrics.late._value.get())}
     finally:
         # Off the event loop: an embedded broker must keep running to ack the offline status.
-        await asyncio.gather(*(asyncio.to_thread(a.transport.stop, 1.0) for a in agents))
+        if spec.speedup is None:
+            await asyncio.gather(*(asyncio.to_thread(a.transport.stop, 1.0) for a in agents))
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         if broker_ctx is not None:
