@@ -150,6 +150,73 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    import json
+
+    from simulators.refit import RefitFormatError, bundled_dir
+
+    data = Path(args.data) if args.data else bundled_dir()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.what == "utility":
+            return _eval_utility(args, data, out)
+        return _eval_attack(args, data, out)
+    except RefitFormatError as err:
+        print(f"rase eval: {err}", file=sys.stderr)
+        return 2
+
+
+def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
+    import json
+
+    from simulators.evaluation import plot_utility, utility_from_replays, utility_from_simulation
+
+    ws = tuple(args.windows)
+    if args.replay:
+        res = utility_from_replays(data, [Path(p) for p in args.replay], ws)
+    else:
+        eps_list = [float(e) for e in args.eps.split(",")]
+        res = utility_from_simulation(data, args.houses, eps_list, hours=args.hours, seed=args.seed,
+                                      windows_w=ws, bootstrap_b=args.bootstrap_b,
+                                      progress=lambda e, _: print(f"  eps {e} done", file=sys.stderr))
+    w = ws[0]
+    print(f"utility on REFIT ({res.source}): {res.devices} devices, {res.timestamps} timestamps")
+    print(f"{'eps':>6} {'est':>4} {'MAE':>10} {'max sq err':>14} {'MAE win' + str(w):>12} {'max sq win' + str(w):>14}")
+    for e in res.eps:
+        for k in ("se", "mle", "bs"):
+            r = res.table[e][k]
+            print(f"{e:>6g} {k.upper():>4} {r['mae']:>10.1f} {r['max_sq']:>14.4g} {r[f'win{w}_mae']:>12.1f} "
+                  f"{r[f'win{w}_max_sq']:>14.4g}")
+    (out / "utility.json").write_text(json.dumps({"source": res.source, "devices": res.devices,
+                                                  "timestamps": res.timestamps,
+                                                  "table": {str(e): v for e, v in res.table.items()}}, indent=1))
+    plot_utility(res, ws, out / "utility.png")
+    print(f"written: {out / 'utility.json'}, {out / 'utility.png'}")
+    return 0
+
+
+def _eval_attack(args: argparse.Namespace, data: Path, out: Path) -> int:
+    import json
+
+    from simulators.attack import LABELS, plot_attack, run_attack
+
+    res = run_attack(data, args.houses, eps=args.eps_attack, hours=args.hours, every=args.every, alpha=args.alpha,
+                     group_size=args.group_size, jitter_s=args.jitter, seed=args.seed or 0,
+                     progress=lambda r: print(f"  {LABELS[r.scenario]} done", file=sys.stderr))
+    print(f"re-identification attack: {len(res[0].per_device)} devices, eps {args.eps_attack}, alpha {args.alpha}, "
+          f"group size {args.group_size}, {res[0].train_reports} training / {res[0].test_reports} test reports")
+    print(f"{'scenario':<28}{'precision %':>12}{'recall %':>10}")
+    for r in res:
+        print(f"{LABELS[r.scenario]:<28}{100 * r.precision:>12.1f}{100 * r.recall:>10.1f}")
+    print(f"{'(chance)':<28}{100 / len(res[0].per_device):>12.1f}{100 / len(res[0].per_device):>10.1f}")
+    (out / "attack.json").write_text(json.dumps([r.__dict__ for r in res], indent=1))
+    plot_attack(res, out / "attack.png", f"Re-identification attack, eps {args.eps_attack}, alpha {args.alpha}, "
+                                         f"group size {args.group_size}")
+    print(f"written: {out / 'attack.json'}, {out / 'attack.png'}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from simulators.demo import run_demo
 
@@ -207,6 +274,24 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--broker", help="mqtt://host:port (default: an embedded broker)")
     r.add_argument("--out", required=True, help="JSON lines: parameters, then one line per timestamp")
     r.set_defaults(func=cmd_replay)
+
+    ev = sub.add_parser("eval", help="the paper's utility and re-identification evaluation")
+    ev.add_argument("what", choices=["utility", "attack"])
+    ev.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
+    ev.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12])
+    ev.add_argument("--hours", type=float, default=24.0)
+    ev.add_argument("--seed", type=int, default=None, help="reproducible noise (evaluation only)")
+    ev.add_argument("--out", default="out/eval")
+    ev.add_argument("--eps", default="0.1,0.5,1,2,5,9", help="utility: eps values to sweep")
+    ev.add_argument("--windows", type=int, nargs="+", default=[64], help="utility: windowed w")
+    ev.add_argument("--bootstrap-b", type=int, default=1000)
+    ev.add_argument("--replay", nargs="+", help="utility: score these `rase replay` outputs instead")
+    ev.add_argument("--eps-attack", type=float, default=1.0, help="attack: eps per report")
+    ev.add_argument("--alpha", type=float, default=30.0, help="attack: shuffle privacy alpha")
+    ev.add_argument("--group-size", type=int, default=9, help="attack: RS target group size")
+    ev.add_argument("--every", type=int, default=4, help="attack: use every k-th timestamp")
+    ev.add_argument("--jitter", type=float, default=0.5, help="attack: arrival jitter (s) without a shuffler")
+    ev.set_defaults(func=cmd_eval)
 
     d = sub.add_parser("demo", help="the pipeline on an embedded broker with the bundled REFIT excerpt")
     d.add_argument("--out", default="out/demo", help="where to write results")
