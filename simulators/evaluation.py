@@ -35,7 +35,7 @@ def seeded_bytes(rng: np.random.Generator):
 
 
 def readings_matrix(devices: list[Device], epoch0: float, period_s: float, t0: int, n_t: int) -> np.ndarray:
-    return np.vstack([grid_readings(d.house, d.column, epoch0 - d.shift_s, period_s, t0 + n_t)[t0:]
+    return np.vstack([grid_readings(d.house, d.column, epoch0, period_s, t0 + n_t, shift_s=d.shift_s)[t0:]
                       for d in devices])
 
 

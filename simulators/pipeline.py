@@ -46,7 +46,7 @@ class PipelineSpec:
     eps: float = 5.0
     period_s: float = 8.0
     clone: int = 1
-    clone_shift_s: float = 3600.0        # clone c replays its house shifted by c * this
+    clone_shift_s: float = 3600.0        # clone c replays its house c * this later (wrapping round the trace)
     k_min: int = 10
     lateness_periods: int = 4            # lets the driver run a few timestamps ahead of the fog
     alpha: float = 30.0
@@ -96,7 +96,7 @@ def truth(devices: list[Device], epoch0: float, period_s: float, t0: int, n_t: i
     (the documented mapping), and how many devices that is."""
     rows = []
     for d in devices:
-        r = grid_readings(d.house, d.column, epoch0 - d.shift_s, period_s, t0 + n_t, max_hold_s)[t0:]
+        r = grid_readings(d.house, d.column, epoch0, period_s, t0 + n_t, max_hold_s, shift_s=d.shift_s)[t0:]
         rows.append(r)
     m = np.vstack(rows)
     present = ~np.isnan(m)
@@ -211,7 +211,7 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
                                    epoch0=epoch0, budget_eps=1e9, ledger_path=work / "ledgers" / f"{d.id}.json",
                                    outbox_capacity=100_000, broker=b)
             (work / "ledgers" / f"{d.id}.json").unlink(missing_ok=True)
-            agents.append(AgentService(cfg, source=RefitColumnSource(d.house, d.column, time_shift_s=d.shift_s),
+            agents.append(AgentService(cfg, source=RefitColumnSource(d.house, d.column, phase_s=d.shift_s),
                                        clock=clock))
         if spec.speedup is None:
             for a in agents:

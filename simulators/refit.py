@@ -130,12 +130,21 @@ def readings_at(unix: np.ndarray, values: np.ndarray, query_unix: np.ndarray,
     return out
 
 
+def shifted(house: House, q: np.ndarray, shift_s: float) -> np.ndarray:
+    """Query times moved `shift_s` later in the trace, wrapping around its end
+    (clones of a device replay the same day with another phase)."""
+    if not shift_s:
+        return q
+    first, span = float(house.unix[0]), float(house.unix[-1] - house.unix[0] + 1)
+    return first + np.mod(q + shift_s - first, span)
+
+
 def grid_readings(house: House, device: str, epoch0: float, period_s: float, n_t: int,
-                  max_hold_s: float = DEFAULT_MAX_HOLD_S) -> np.ndarray:
+                  max_hold_s: float = DEFAULT_MAX_HOLD_S, shift_s: float = 0.0) -> np.ndarray:
     """Reading of `device` at each logical t in [0, n_t): the last row with
     Unix < epoch0 + (t+1) period_s, NaN (no report) when older than max_hold_s."""
     q = epoch0 + (np.arange(n_t) + 1) * period_s
-    return readings_at(house.unix, house.column_of(device), q, max_hold_s)
+    return readings_at(house.unix, house.column_of(device), shifted(house, q, shift_s), max_hold_s)
 
 
 class RefitColumnSource:
@@ -146,12 +155,15 @@ class RefitColumnSource:
     """
 
     def __init__(self, house: House, device: str, time_shift_s: float = 0.0,
-                 max_hold_s: float = DEFAULT_MAX_HOLD_S):
+                 max_hold_s: float = DEFAULT_MAX_HOLD_S, phase_s: float = 0.0):
+        self.house = house
         self.unix = house.unix
         self.values = house.column_of(device)
         self.shift = time_shift_s
+        self.phase_s = phase_s       # clones: read this much later in the trace, wrapping
         self.max_hold_s = max_hold_s
 
     def read(self, now: float) -> float | None:
-        v = readings_at(self.unix, self.values, np.array([now - self.shift]), self.max_hold_s)[0]
+        q = shifted(self.house, np.array([now - self.shift]), self.phase_s)
+        v = readings_at(self.unix, self.values, q, self.max_hold_s)[0]
         return None if v != v else float(v)

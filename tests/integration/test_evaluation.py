@@ -73,3 +73,19 @@ def test_attack_reproduces_the_papers_ordering(tmp_path):
     assert br > 2.0 * max(shuffled)   # BR >> every shuffled variant
     assert max(shuffled) < 2.0 * chance
     assert (out / "attack.png").stat().st_size > 10_000
+
+
+def test_clones_replay_the_same_houses_with_shifted_phases(tmp_path):
+    f = tmp_path / "clone.jsonl"
+    rase("replay", "--houses", "1,2", "--hours", "0.05", "--clone", "3", "--eps", "5", "--out", str(f))
+    lines = f.read_text().splitlines()
+    params = json.loads(lines[0])["params"]
+    assert params["devices"] == 54 and params["clone"] == 3
+    houses = [load_house(bundled_dir(), h) for h in (1, 2)]
+    e0 = epoch0_of(houses, 8.0)
+    n_t = params["timestamps"]
+    # Clone c reads the trace c hours later, wrapping round the day: every device has data.
+    x = np.vstack([grid_readings(h, d, e0, 8.0, n_t, shift_s=c * 3600.0)
+                   for h in houses for c in range(3) for d in h.device_ids()])
+    assert [json.loads(line)["n"] for line in lines[1:]] == (~np.isnan(x)).sum(axis=0).tolist()
+    assert not np.array_equal(x[:18], x[18:36])   # the phases really differ
