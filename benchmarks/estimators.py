@@ -9,25 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.timing import best_of  # noqa: E402
 from fusion_center.estimators import bootstrap, mle, sample_mean, windowed  # noqa: E402
 
 
-def best_of(fn, repeat):
-    best = math.inf
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main() -> None:

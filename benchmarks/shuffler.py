@@ -11,14 +11,12 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.timing import best_of  # noqa: E402
 from fog_shuffler.group_refinement import agglomerative, paper_agglomerative, refine  # noqa: E402
 from fog_shuffler.mallows import mallows_order  # noqa: E402
 from fog_shuffler.randomness import window_rng  # noqa: E402
@@ -28,13 +26,6 @@ from fog_shuffler.robust_shuffler import ShuffleParams, robust_shuffle  # noqa: 
 THETA = 30 / 36  # REFIT houses of 9 appliances: omega 8, Delta_K 36
 
 
-def best_of(fn, repeat: int) -> float:
-    best = math.inf
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def fleet(n: int) -> tuple[list[str], RelationshipGraph]:
@@ -90,7 +81,7 @@ def main() -> None:
         spans = singleton_spans(n)
         t_ours = best_of(lambda: refine(spans, math.ceil(n / 9)), 3)
         paper.append({"n": n, "paper_refine_s": t_paper, "refine_s": t_ours, "speedup": t_paper / t_ours})
-    print(f"\nrefinement vs the paper's all-pairs agglomeration (singletons -> groups of 9):")
+    print("\nrefinement vs the paper's all-pairs agglomeration (singletons -> groups of 9):")
     print(f"{'n':>9} {'paper O(n^3)':>14} {'ours':>10} {'speedup':>10}")
     for p in paper:
         print(f"{p['n']:>9,} {p['paper_refine_s']:>12.3f} s {p['refine_s']*1e3:>8.2f}ms {p['speedup']:>10,.0f}")

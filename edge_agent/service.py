@@ -13,6 +13,7 @@ from edge_agent.ledger import BudgetLedger
 from edge_agent.paho_transport import PahoTransport
 from edge_agent.sources import Source, make_source
 from rase.clock import ScaledClock, WallClock
+from rase.loop import wait_or_stop
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +77,7 @@ class AgentService:
                 self.transport.pump()
                 if max_reports is not None and self.core.sent >= max_reports and not len(self.core.outbox):
                     break
-                try:
-                    await asyncio.wait_for(stop.wait(), interval_s)
-                except asyncio.TimeoutError:
-                    pass
+                await wait_or_stop(stop, interval_s)
         finally:
             # In a worker thread: waiting for the offline status's PUBACK must not
             # block an event loop that may be running the broker itself.

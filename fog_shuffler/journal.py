@@ -11,8 +11,9 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
+
+from rase.sqlite import open_wal
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS reports (region TEXT, t INTEGER, device TEXT, y REAL, eps REAL, seq INTEGER,
@@ -26,13 +27,7 @@ CREATE TABLE IF NOT EXISTS closed (region TEXT, t INTEGER, PRIMARY KEY (region, 
 
 class Journal:
     def __init__(self, path: str | Path):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode: a commit survives the process being killed; only
-        # an OS crash or power loss can drop the last commits.
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
+        self.db = open_wal(path, SCHEMA)
 
     def close(self) -> None:
         self.db.close()

@@ -26,6 +26,7 @@ from fog_shuffler.schema import WindowCounts, WindowMessage
 from fog_shuffler.sinks import MqttWindowSink, SinkError, WindowSink
 from fog_shuffler.windows import ClosedWindow, WindowManager
 from rase.clock import ScaledClock, WallClock
+from rase.loop import wait_or_stop
 from rase.mqtt import paho_client
 
 log = logging.getLogger(__name__)
@@ -196,10 +197,7 @@ class FogService:
                     pass
                 await self.close_due()
                 await self.forward_outbox()
-                try:
-                    await asyncio.wait_for(stop.wait(), self.cfg.tick_s)
-                except asyncio.TimeoutError:
-                    pass
+                await wait_or_stop(stop, self.cfg.tick_s)
         finally:
             self.client.disconnect()
             self.client.loop_stop()

@@ -27,6 +27,7 @@ from fusion_center.schema import AGGREGATE_LATEST_TOPIC, CONTROL_TOPIC, Precisio
 from fusion_center.sources import MqttWindowSource, WindowSource
 from fusion_center.store import AggregateStore
 from rase.clock import ScaledClock, WallClock
+from rase.loop import wait_or_stop
 from rase.mqtt import paho_client
 from rase.settings import ConfigError
 
@@ -193,10 +194,7 @@ class FusionService:
                 if time.monotonic() - last_config_check > 1.0:
                     self.check_config_change()
                     last_config_check = time.monotonic()
-                try:
-                    await asyncio.wait_for(stop.wait(), self.cfg.tick_s)
-                except asyncio.TimeoutError:
-                    pass
+                await wait_or_stop(stop, self.cfg.tick_s)
         finally:
             self.source.stop()
             self.client.disconnect()

@@ -11,6 +11,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+from rase.sqlite import open_wal
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS windows (region TEXT, t INTEGER, payload TEXT, received REAL,
                                     PRIMARY KEY (region, t));
@@ -26,11 +28,7 @@ class AggregateStore:
                 raise FileNotFoundError(f"no aggregate store at {path}")
             self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
             return
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
+        self.db = open_wal(path, SCHEMA)
 
     def close(self) -> None:
         self.db.close()

@@ -151,8 +151,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import json
-
     from simulators.refit import RefitFormatError, bundled_dir
 
     data = Path(args.data) if args.data else bundled_dir()

@@ -2,7 +2,6 @@
 broker acknowledged ends up in its window, and no window is forwarded twice."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -2,11 +2,9 @@
 and through mpy-cross: the same code, the same distribution, the same ledger."""
 
 import json
-import random
 
 import pytest
 
-from edge_agent.dlaplace import DiscreteLaplace
 from edge_agent.entropy import RandomBits
 from edge_agent.flash import DEVICE_CORE, PACKAGE_DIR, compile_mpy
 from edge_agent.randomizer import BudgetRandomizer, Calibration

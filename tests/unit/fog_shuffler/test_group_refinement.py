@@ -1,6 +1,5 @@
 """Group refinement: the paper's Example 2, brute-force optima, complexity."""
 
-import itertools
 import random
 
 import pytest

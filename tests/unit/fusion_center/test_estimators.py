@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from fusion_center.estimators import Estimate, bootstrap, mle, sample_mean, weighted_median, windowed
 
