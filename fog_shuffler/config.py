@@ -87,6 +87,7 @@ class FogConfig(TomlSettings):
     x_max: float = Field(4000.0, gt=0)
     journal_path: Path = Path("var/fog.sqlite")
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"       # 0.0.0.0 in a container
     tick_s: float = Field(0.05, gt=0)
     broker: BrokerConfig = BrokerConfig()
     shuffler: ShufflerConfig = ShufflerConfig()

@@ -28,5 +28,5 @@ class FogMetrics:
         for mech in ("mallows", "uniform"):
             self.forwarded.labels(mech)
 
-    def serve(self, port: int) -> None:
-        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        start_http_server(port, addr=host, registry=self.registry)

@@ -186,7 +186,7 @@ class FogService:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
         if self.cfg.metrics_port is not None:
-            self.metrics.serve(self.cfg.metrics_port)
+            self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
         self.client.connect_async(self.cfg.broker.host, self.cfg.broker.port, keepalive=self.cfg.broker.keepalive_s)
         self.client.loop_start()
         log.info("fog %s started: regions %s, k_min %d, period %.3g s", self.cfg.name,

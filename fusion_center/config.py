@@ -25,6 +25,7 @@ class FusionConfig(TomlSettings):
     windows_w: list[int] = [8, 64]        # windowed averages over the last w timestamps
     store_path: Path = Path("var/fusion.sqlite")
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"       # 0.0.0.0 in a container
     tick_s: float = Field(0.05, gt=0)
     speedup: float = Field(1.0, gt=0)
     precision: PrecisionControl = PrecisionControl()

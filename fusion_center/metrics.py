@@ -20,5 +20,5 @@ class FusionMetrics:
         self.estimator_seconds = Histogram("rase_fusion_estimator_seconds", "Time to compute one aggregate",
                                            registry=r, buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3))
 
-    def serve(self, port: int) -> None:
-        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        start_http_server(port, addr=host, registry=self.registry)

@@ -179,7 +179,7 @@ class FusionService:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
         if self.cfg.metrics_port is not None:
-            self.metrics.serve(self.cfg.metrics_port)
+            self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
         self.client.connect_async(self.cfg.broker.host, self.cfg.broker.port, keepalive=self.cfg.broker.keepalive_s)
         self.client.loop_start()
         self.source.start()

@@ -215,6 +215,16 @@ def _eval_attack(args: argparse.Namespace, data: Path, out: Path) -> int:
     return 0
 
 
+def cmd_acl(args: argparse.Namespace) -> int:
+    from fog_shuffler.config import FogConfig
+    from rase.acl import build_acl
+
+    cfg = FogConfig.load(args.fog_config)
+    devices = [d for rc in cfg.regions.values() for d in rc.all_devices()]
+    print(build_acl(devices, subscribers=args.subscriber or ["dashboard"]), end="")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from simulators.demo import run_demo
 
@@ -290,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--every", type=int, default=4, help="attack: use every k-th timestamp")
     ev.add_argument("--jitter", type=float, default=0.5, help="attack: arrival jitter (s) without a shuffler")
     ev.set_defaults(func=cmd_eval)
+
+    ac = sub.add_parser("acl", help="print the Mosquitto ACL for the devices of a fog config")
+    ac.add_argument("--fog-config", type=Path, default=Path("configs/fog.example.toml"))
+    ac.add_argument("--subscriber", action="append", help="a user that may read aggregates (repeatable)")
+    ac.set_defaults(func=cmd_acl)
 
     d = sub.add_parser("demo", help="the pipeline on an embedded broker with the bundled REFIT excerpt")
     d.add_argument("--out", default="out/demo", help="where to write results")
