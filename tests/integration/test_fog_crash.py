@@ -76,6 +76,7 @@ class AckedPublisher:
     def __init__(self, port):
         self.pending: dict[int, tuple[int, str, float]] = {}
         self.acked: list[tuple[int, str, float]] = []
+        self.early: set[int] = set()
         self.lock = threading.Lock()
         self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="crash-pub", protocol=mqtt.MQTTv311)
         self.c.on_publish = self._on_publish
@@ -86,12 +87,20 @@ class AckedPublisher:
         with self.lock:
             if mid in self.pending:
                 self.acked.append(self.pending.pop(mid))
+            else:
+                self.early.add(mid)   # PUBACK beat send() to registering the mid
 
     def send(self, t, device, y):
+        # Never hold self.lock across publish(): paho calls on_publish while
+        # holding its own message lock, and publish() needs that lock too.
+        info = self.c.publish(f"rase/v1/reports/r1/{device}",
+                              json.dumps({"v": 1, "t": t, "y": y, "eps": 1.0, "seq": t}), qos=1)
         with self.lock:
-            info = self.c.publish(f"rase/v1/reports/r1/{device}",
-                                  json.dumps({"v": 1, "t": t, "y": y, "eps": 1.0, "seq": t}), qos=1)
-            self.pending[info.mid] = (t, device, y)
+            if info.mid in self.early:
+                self.early.discard(info.mid)
+                self.acked.append((t, device, y))
+            else:
+                self.pending[info.mid] = (t, device, y)
 
     def wait_all_acked(self, timeout_s=10):
         deadline = time.monotonic() + timeout_s
