@@ -200,7 +200,7 @@ def _eval_attack(args: argparse.Namespace, data: Path, out: Path) -> int:
     from simulators.attack import LABELS, plot_attack, run_attack
 
     res = run_attack(data, args.houses, eps=args.eps_attack, hours=args.hours, every=args.every, alpha=args.alpha,
-                     group_size=args.group_size, jitter_s=args.jitter, seed=args.seed or 0,
+                     group_size=args.group_size, jitter_s=args.jitter, seed=args.seed,
                      progress=lambda r: print(f"  {LABELS[r.scenario]} done", file=sys.stderr))
     print(f"re-identification attack: {len(res[0].per_device)} devices, eps {args.eps_attack}, alpha {args.alpha}, "
           f"group size {args.group_size}, {res[0].train_reports} training / {res[0].test_reports} test reports")

@@ -52,10 +52,12 @@ class AttackResult:
 
 
 def batches(scenario: str, x: np.ndarray, ids: list[str], graph: RelationshipGraph, eps: float, *,
-            alpha: float, group_size: int, jitter_s: float, period_s: float, rng: np.random.Generator):
+            alpha: float, group_size: int, jitter_s: float, period_s: float, rng: np.random.Generator,
+            seeded: bool):
     """Yield (t, values, senders) per timestamp in the order the analyst sees them."""
     cal = Calibration()
-    br = BudgetRandomizer(cal, RandomBits(read=seeded_bytes(rng)))
+    # Seeded noise only when the evaluation asked for --seed; otherwise os.urandom.
+    br = BudgetRandomizer(cal, RandomBits(read=seeded_bytes(rng) if seeded else None))
     phase = rng.uniform(0, period_s, len(ids))
     params = ShuffleParams(alpha=alpha, group_size=group_size)
     for j in range(x.shape[1]):
@@ -82,12 +84,13 @@ def batches(scenario: str, x: np.ndarray, ids: list[str], graph: RelationshipGra
             index = {dv: i for i, dv in enumerate(devs)}
             order = np.array([index[sigma0[p]] for p in pos])
         else:
-            order = robust_shuffle(devs, graph, params, window_rng(int(rng.integers(2**62)))).order
+            key = int(rng.integers(2**62)) if seeded else None
+            order = robust_shuffle(devs, graph, params, window_rng(key)).order
         yield j, vals[order], [devs[i] for i in order]
 
 
 def run_attack(data_dir: Path, houses: list[int], *, eps: float = 1.0, hours: float = 24.0, period_s: float = 8.0,
-               every: int = 4, alpha: float = 30.0, group_size: int = 9, jitter_s: float = 0.5, seed: int = 0,
+               every: int = 4, alpha: float = 30.0, group_size: int = 9, jitter_s: float = 0.5, seed: int | None = None,
                scenarios=SCENARIOS, trees: int = 100, progress=None) -> list[AttackResult]:
     from sklearn.ensemble import RandomForestClassifier
     from sklearn.metrics import precision_recall_fscore_support
@@ -103,10 +106,10 @@ def run_attack(data_dir: Path, houses: list[int], *, eps: float = 1.0, hours: fl
     graph = RelationshipGraph(groups=[h.device_ids() for h in hs])
     results = []
     for s_i, scenario in enumerate(scenarios):
-        rng = np.random.default_rng(seed * 100 + s_i)
+        rng = np.random.default_rng(None if seed is None else seed * 100 + s_i)
         feats, labels, is_train = [], [], []
         for j, vals, senders in batches(scenario, x, ids, graph, eps, alpha=alpha, group_size=group_size,
-                                        jitter_s=jitter_s, period_s=period_s, rng=rng):
+                                        jitter_s=jitter_s, period_s=period_s, rng=rng, seeded=seed is not None):
             n = len(vals)
             pos = (np.arange(n) + 0.5) / n
             feats.append(np.column_stack([vals, np.full(n, hour[j]), pos]))
