@@ -18,7 +18,7 @@ import paho.mqtt.client as mqtt
 
 from edge_agent import wire
 from edge_agent.core import AgentCore
-from rase.mqtt import BrokerConfig, paho_client
+from rase.mqtt import BrokerConfig, connect_in_background, paho_client
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +103,7 @@ class PahoTransport:
         return self.published - self.acked
 
     def start(self) -> None:
-        self.client.connect_async(self.broker.host, self.broker.port, keepalive=self.broker.keepalive_s)
-        self.client.loop_start()
+        connect_in_background(self.client, self.broker)
 
     def pump(self) -> int:
         """Hand queued reports to paho while connected; returns how many."""

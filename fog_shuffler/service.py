@@ -27,7 +27,7 @@ from fog_shuffler.sinks import MqttWindowSink, SinkError, WindowSink
 from fog_shuffler.windows import ClosedWindow, WindowManager
 from rase.clock import ScaledClock, WallClock
 from rase.loop import wait_or_stop
-from rase.mqtt import paho_client
+from rase.mqtt import connect_in_background, paho_client
 
 log = logging.getLogger(__name__)
 BATCH = 5000
@@ -187,8 +187,7 @@ class FogService:
         stop = stop or asyncio.Event()
         if self.cfg.metrics_port is not None:
             self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
-        self.client.connect_async(self.cfg.broker.host, self.cfg.broker.port, keepalive=self.cfg.broker.keepalive_s)
-        self.client.loop_start()
+        connect_in_background(self.client, self.cfg.broker)
         log.info("fog %s started: regions %s, k_min %d, period %.3g s", self.cfg.name,
                  sorted(self.cfg.regions), self.cfg.k_min, self.cfg.period_s)
         try:

@@ -28,7 +28,7 @@ from fusion_center.sources import MqttWindowSource, WindowSource
 from fusion_center.store import AggregateStore
 from rase.clock import ScaledClock, WallClock
 from rase.loop import wait_or_stop
-from rase.mqtt import paho_client
+from rase.mqtt import connect_in_background, paho_client
 from rase.settings import ConfigError
 
 log = logging.getLogger(__name__)
@@ -180,8 +180,7 @@ class FusionService:
         stop = stop or asyncio.Event()
         if self.cfg.metrics_port is not None:
             self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
-        self.client.connect_async(self.cfg.broker.host, self.cfg.broker.port, keepalive=self.cfg.broker.keepalive_s)
-        self.client.loop_start()
+        connect_in_background(self.client, self.cfg.broker)
         self.source.start()
         last_config_check = 0.0
         try:

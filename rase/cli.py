@@ -16,17 +16,20 @@ def _setup_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
 
+def _run_until_interrupted(coro) -> int:
+    """Run a service until it returns or Ctrl-C (its finally blocks clean up)."""
+    try:
+        asyncio.run(coro)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def cmd_agent(args: argparse.Namespace) -> int:
     from edge_agent.config import AgentConfig
     from edge_agent.service import AgentService
 
-    cfg = AgentConfig.load(args.config)
-    service = AgentService(cfg)
-    try:
-        asyncio.run(service.run(max_reports=args.max_reports))
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return _run_until_interrupted(AgentService(AgentConfig.load(args.config)).run(max_reports=args.max_reports))
 
 
 def cmd_flash(args: argparse.Namespace) -> int:
@@ -55,24 +58,14 @@ def cmd_fog(args: argparse.Namespace) -> int:
     from fog_shuffler.config import FogConfig
     from fog_shuffler.service import FogService
 
-    service = FogService(FogConfig.load(args.config))
-    try:
-        asyncio.run(service.run())
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return _run_until_interrupted(FogService(FogConfig.load(args.config)).run())
 
 
 def cmd_fusion(args: argparse.Namespace) -> int:
     from fusion_center.config import FusionConfig
     from fusion_center.service import FusionService
 
-    service = FusionService(FusionConfig.load(args.config), config_path=args.config)
-    try:
-        asyncio.run(service.run())
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return _run_until_interrupted(FusionService(FusionConfig.load(args.config), config_path=args.config).run())
 
 
 def cmd_query(args: argparse.Namespace) -> int:

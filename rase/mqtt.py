@@ -30,6 +30,12 @@ class BrokerConfig(BaseModel):
                    username=u.username, password=u.password, tls=u.scheme == "mqtts")
 
 
+def connect_in_background(client: mqtt.Client, broker: BrokerConfig) -> None:
+    """Start paho's network thread; it connects, and reconnects with backoff."""
+    client.connect_async(broker.host, broker.port, keepalive=broker.keepalive_s)
+    client.loop_start()
+
+
 def paho_client(broker: BrokerConfig, client_id: str, *, clean_session: bool = True,
                 manual_ack: bool = False) -> mqtt.Client:
     """An MQTT 3.1.1 paho client with credentials, TLS and reconnect backoff set."""
