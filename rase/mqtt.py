@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
 from pathlib import Path
 from urllib.parse import urlparse
 
 import paho.mqtt.client as mqtt
 from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
 
 
 class BrokerConfig(BaseModel):
@@ -31,7 +34,11 @@ class BrokerConfig(BaseModel):
 
 
 def connect_in_background(client: mqtt.Client, broker: BrokerConfig) -> None:
-    """Start paho's network thread; it connects, and reconnects with backoff."""
+    """Start paho's network thread; it connects, and reconnects with backoff.
+    Each failed attempt is logged, so an unreachable broker is visible."""
+    if client.on_connect_fail is None:
+        client.on_connect_fail = lambda c, u: log.warning(
+            "cannot reach MQTT broker %s:%d; retrying with backoff", broker.host, broker.port)
     client.connect_async(broker.host, broker.port, keepalive=broker.keepalive_s)
     client.loop_start()
 
