@@ -44,7 +44,8 @@ def import_callable(spec):
 
 def build_core(cfg, bits=None):
     cal = cfg["calibration"]
-    ledger = BudgetLedger(cfg["ledger_path"], cfg["budget_eps"], cfg["budget_period_s"])
+    ledger = BudgetLedger(cfg["ledger_path"], cfg["budget_eps"], cfg["budget_period_s"],
+                          cfg.get("ledger_reserve_reports", 1))
     return AgentCore(device=cfg["device"], region=cfg["region"], eps=cfg["eps"], ledger=ledger,
                      calibration=Calibration(cal["beta"], cal["rho"], cal["x_min"], cal["x_max"], cal["gamma"]),
                      period_s=cfg["period_s"], epoch0=cfg["epoch0"], bits=bits,

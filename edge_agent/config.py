@@ -62,6 +62,10 @@ class AgentConfig(TomlSettings):
     epoch0: float = 0.0
     speedup: float = Field(1.0, gt=0)
     ledger_path: Path = Path("var/ledger.json")
+    # Budget reserved (and written to the ledger file) per this many reports;
+    # a reboot loses at most one unused block. Boards default to 16 to spare flash.
+    ledger_reserve_reports: int = Field(1, ge=1, le=1000)
+    board_ledger_reserve_reports: int = Field(16, ge=1, le=1000)
     outbox_capacity: int = Field(10000, ge=1)
     max_inflight: int = Field(100, ge=1, le=60000)
     calibration: CalibrationConfig = CalibrationConfig()
@@ -80,6 +84,7 @@ class AgentConfig(TomlSettings):
             "budget_eps": self.budget_eps, "budget_period_s": self.budget_period_s,
             "period_s": self.period_s, "epoch0": self.epoch0,
             "ledger_path": "/rase_ledger.json", "outbox_capacity": min(self.outbox_capacity, 64),
+            "ledger_reserve_reports": self.board_ledger_reserve_reports,
             "calibration": self.calibration.model_dump(),
             "broker": {"host": self.broker.host, "port": self.broker.port, "user": self.broker.username,
                        "password": self.broker.password, "tls": self.broker.tls,

@@ -1,9 +1,13 @@
 # Privacy budget ledger: basic sequential composition per budget period.
 #
 # Spending is counted in integer units of 1/EPS_UNITS (a report's eps rounded
-# up), so long runs accumulate no float error. The state is written to a file
-# (atomic replace) before the report leaves, so a reboot never refills the
-# budget. A clock that goes backwards never reopens an earlier period.
+# up), so long runs accumulate no float error. What is written to the file is
+# the amount *reserved*, before any report that uses it leaves; after a
+# reboot everything reserved counts as spent, so a reboot never refills the
+# budget. Reserving `reserve_reports` reports' worth at a time lets a board
+# write its flash once per block instead of once per report, at the price of
+# losing at most one unused block on a reboot. A clock that goes backwards
+# never reopens an earlier period.
 
 import json
 import os
@@ -20,16 +24,21 @@ def _exists(path):
 
 
 class BudgetLedger:
-    def __init__(self, path, budget_eps, period_s):
+    def __init__(self, path, budget_eps, period_s, reserve_reports=1):
         if not (budget_eps > 0):
             raise ValueError("budget_eps must be > 0, got %r" % (budget_eps,))
         if not (period_s > 0):
             raise ValueError("budget period_s must be > 0, got %r" % (period_s,))
+        if reserve_reports < 1:
+            raise ValueError("reserve_reports must be >= 1, got %r" % (reserve_reports,))
         self.path = path
         self.budget_units = eps_units_floor(budget_eps)
         self.period_s = period_s
+        self.reserve_reports = reserve_reports
         self.period = -1
         self.spent_units = 0
+        self.reserved_units = 0
+        self.writes = 0
         self._load()
 
     def _load(self):
@@ -39,7 +48,8 @@ class BudgetLedger:
                     with open(p) as f:
                         state = json.load(f)
                     self.period = int(state["period"])
-                    self.spent_units = int(state["spent_units"])
+                    # Whatever was reserved before the restart is spent.
+                    self.spent_units = self.reserved_units = int(state["spent_units"])
                     return
                 except (ValueError, KeyError, TypeError):
                     # A torn write is only possible for the .tmp file; the
@@ -49,7 +59,7 @@ class BudgetLedger:
     def _save(self):
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
-            f.write(json.dumps({"v": 1, "period": self.period, "spent_units": self.spent_units}))
+            f.write(json.dumps({"v": 1, "period": self.period, "spent_units": self.reserved_units}))
         try:
             os.rename(tmp, self.path)
         except OSError:
@@ -57,12 +67,14 @@ class BudgetLedger:
             # falls back to the .tmp copy if we stop between these two calls.
             os.remove(self.path)
             os.rename(tmp, self.path)
+        self.writes += 1
 
     def _roll(self, now):
         p = int(now // self.period_s)
         if p > self.period:
             self.period = p
             self.spent_units = 0
+            self.reserved_units = 0
 
     def remaining(self, now):
         """eps left in the period containing `now`."""
@@ -70,11 +82,14 @@ class BudgetLedger:
         return (self.budget_units - self.spent_units) / EPS_UNITS
 
     def try_spend(self, eps, now):
-        """Charge eps and persist; False (nothing charged) if it would overspend."""
+        """Charge eps (persisting a new reservation first when the current
+        one is used up); False, nothing charged, if it would overspend."""
         self._roll(now)
         cost = eps_units_ceil(eps)
         if self.spent_units + cost > self.budget_units:
             return False
+        if self.spent_units + cost > self.reserved_units:
+            self.reserved_units = min(self.budget_units, self.spent_units + cost * self.reserve_reports)
+            self._save()
         self.spent_units += cost
-        self._save()
         return True

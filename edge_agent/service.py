@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 def build_core(cfg: AgentConfig, bits: RandomBits | None = None) -> AgentCore:
     Path(cfg.ledger_path).parent.mkdir(parents=True, exist_ok=True)
-    ledger = BudgetLedger(str(cfg.ledger_path), cfg.budget_eps, cfg.budget_period_s)
+    ledger = BudgetLedger(str(cfg.ledger_path), cfg.budget_eps, cfg.budget_period_s, cfg.ledger_reserve_reports)
     return AgentCore(device=cfg.device, region=cfg.region, eps=cfg.eps, ledger=ledger,
                      calibration=cfg.calibration.build(), period_s=cfg.period_s, epoch0=cfg.epoch0,
                      bits=bits, outbox_capacity=cfg.outbox_capacity)

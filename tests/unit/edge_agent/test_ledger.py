@@ -49,3 +49,20 @@ def test_bad_arguments(tmp_path, kw, match):
     args = {"budget_eps": 1.0, "period_s": 10} | kw
     with pytest.raises(ValueError, match=match):
         BudgetLedger(str(tmp_path / "l.json"), **args)
+
+
+def test_reserving_blocks_writes_less_and_a_reboot_counts_the_block_spent(tmp_path):
+    path = str(tmp_path / "l.json")
+    led = BudgetLedger(path, budget_eps=100.0, period_s=86400, reserve_reports=10)
+    assert all(led.try_spend(1.0, 5.0) for _ in range(25))
+    assert led.writes == 3                       # blocks of 10 reports: at report 1, 11, 21
+    assert led.remaining(5.0) == pytest.approx(75.0)
+    again = BudgetLedger(path, budget_eps=100.0, period_s=86400, reserve_reports=10)
+    assert again.remaining(5.0) == pytest.approx(70.0)   # the unused 5 of the block are gone, not refilled
+    assert sum(again.try_spend(1.0, 6.0) for _ in range(100)) == 70
+
+
+def test_reservation_never_exceeds_the_budget(tmp_path):
+    led = BudgetLedger(str(tmp_path / "l.json"), budget_eps=3.5, period_s=86400, reserve_reports=50)
+    assert [led.try_spend(1.0, 1.0) for _ in range(4)] == [True, True, True, False]
+    assert json.loads((tmp_path / "l.json").read_text())["spent_units"] <= 3.5 * 65536
