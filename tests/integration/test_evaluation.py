@@ -89,3 +89,12 @@ def test_clones_replay_the_same_houses_with_shifted_phases(tmp_path):
                    for h in houses for c in range(3) for d in h.device_ids()])
     assert [json.loads(line)["n"] for line in lines[1:]] == (~np.isnan(x)).sum(axis=0).tolist()
     assert not np.array_equal(x[:18], x[18:36])   # the phases really differ
+
+
+def test_replay_through_a_real_mosquitto(mosquitto, tmp_path):
+    f = tmp_path / "mq.jsonl"
+    out = rase("replay", "--houses", "1,2", "--hours", "0.05", "--eps", "5", "--broker",
+               f"mqtt://127.0.0.1:{mosquitto.port}", "--out", str(f))
+    assert "22 aggregates" in out
+    params = json.loads(f.read_text().splitlines()[0])["params"]
+    assert params["broker"] == f"127.0.0.1:{mosquitto.port}"
