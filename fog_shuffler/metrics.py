@@ -28,5 +28,21 @@ class FogMetrics:
         for mech in ("mallows", "uniform"):
             self.forwarded.labels(mech)
 
+    def value(self, name: str, **labels: str) -> float:
+        """Current value of a counter, e.g. value("reports_rejected", reason="oversized")."""
+        v = self.registry.get_sample_value(f"rase_fog_{name}_total", labels or None)
+        return v or 0.0
+
+    def summary(self) -> dict[str, int]:
+        """The counts a run report shows."""
+        v = self.value
+        return {"windows_forwarded": int(v("windows_forwarded", mechanism="mallows")
+                                         + v("windows_forwarded", mechanism="uniform")),
+                "mallows": int(v("windows_forwarded", mechanism="mallows")),
+                "uniform": int(v("windows_forwarded", mechanism="uniform")),
+                "windows_suppressed": int(v("windows_suppressed")),
+                "rejected": int(sum(v("reports_rejected", reason=r) for r in REASONS)),
+                "late": int(v("reports_late")), "accepted": int(v("reports_accepted"))}
+
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         start_http_server(port, addr=host, registry=self.registry)

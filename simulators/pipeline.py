@@ -24,7 +24,6 @@ import numpy as np
 from edge_agent.config import AgentConfig
 from edge_agent.service import AgentService
 from fog_shuffler.config import FogConfig
-from fog_shuffler.ingest import REASONS
 from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
 from fusion_center.schema import PrecisionControl
@@ -218,8 +217,8 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
                 a.transport.start()
             if not await _wait(lambda: all(a.transport.control_applied.is_set() for a in agents), 60):
                 raise RuntimeError("agents did not receive the precision broadcast within 60 s")
-        taken = lambda: fog.metrics.accepted._value.get() + sum(  # noqa: E731
-            fog.metrics.rejected.labels(r)._value.get() for r in ("t_out_of_range",))
+        taken = lambda: (fog.metrics.value("reports_accepted")  # noqa: E731
+                         + fog.metrics.value("reports_rejected", reason="t_out_of_range"))
         if spec.speedup is None:
             reports = await _drive_fast(spec, agents, clock, epoch0, t0, n_t, taken, fusion)
         else:
@@ -236,13 +235,7 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
         if spec.progress and sys.stderr.isatty():
             print(file=sys.stderr)
         aggregates = fusion.store.recent("all", t0, t0 + n_t)
-        fog_stats = {"windows_forwarded": int(sum(fog.metrics.forwarded.labels(m)._value.get()
-                                                  for m in ("mallows", "uniform"))),
-                     "windows_suppressed": int(fog.metrics.suppressed._value.get()),
-                     "mallows": int(fog.metrics.forwarded.labels("mallows")._value.get()),
-                     "uniform": int(fog.metrics.forwarded.labels("uniform")._value.get()),
-                     "rejected": int(sum(fog.metrics.rejected.labels(r)._value.get() for r in REASONS)),
-                     "late": int(fog.metrics.late._value.get())}
+        fog_stats = fog.metrics.summary()
     finally:
         # Off the event loop: an embedded broker must keep running to ack the offline status.
         if spec.speedup is None:
