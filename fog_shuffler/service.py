@@ -166,6 +166,10 @@ class FogService:
             closed += 1
         t_min = self.now_t() - self.cfg.lateness_periods - 2
         self.windows.forget_before(t_min)
+        if closed:
+            # Reports older than t_min are rejected as out of range, so their
+            # windows' closed markers and sent messages are no longer needed.
+            self.journal.prune(t_min)
         return closed
 
     async def forward_outbox(self) -> int:

@@ -61,7 +61,7 @@ class FusionService:
             self.merger.add(WindowMessage.model_validate_json(payload), received)
             n += 1
         wmax = max(self.cfg.windows_w, default=0)
-        for row in self.store.recent("all", -2**62, 2**62)[-wmax:] if wmax else []:
+        for row in self.store.latest("all", wmax) if wmax else []:
             for name in ESTIMATORS:
                 e = row["estimates"][name]
                 self.history[name][row["t"]] = Estimate(e["value"], e["ci"][0], e["ci"][1], e["n"])

@@ -64,5 +64,11 @@ class AggregateStore:
                                (scope, t_from, t_to)).fetchall()
         return [json.loads(p) for (p,) in rows]
 
+    def latest(self, scope: str, limit: int) -> list[dict]:
+        """The newest `limit` aggregates, oldest first."""
+        rows = self.db.execute("SELECT payload FROM aggregates WHERE scope=? ORDER BY t DESC LIMIT ?",
+                               (scope, limit)).fetchall()
+        return [json.loads(p) for (p,) in reversed(rows)]
+
     def count(self, scope: str = "all") -> int:
         return self.db.execute("SELECT COUNT(*) FROM aggregates WHERE scope=?", (scope,)).fetchone()[0]

@@ -68,3 +68,18 @@ def test_arrival_order_kept_until_the_shuffle():
 def test_bad_parameters(kw, match):
     with pytest.raises(ValueError, match=match):
         wm(**kw)
+
+
+def test_journal_prunes_old_closed_windows_and_sent_messages(tmp_path):
+    from fog_shuffler.journal import Journal
+
+    j = Journal(tmp_path / "j.sqlite")
+    j.add_reports([("r1", 5, "d1", 1.0, 1.0, 0)], [])
+    for t in (5, 6, 9):
+        j.close_window("r1", t, f"payload {t}")
+    j.mark_sent("r1", 5)
+    j.mark_sent("r1", 9)
+    assert j.open_reports() == []
+    j.prune(8)
+    assert j.closed_windows() == {("r1", 9)}
+    assert [(r, t) for r, t, _ in j.unsent()] == [("r1", 6)]   # unsent messages are kept whatever their age
