@@ -6,11 +6,25 @@ from tests.brokers import Mosquitto
 
 
 @pytest.fixture(scope="session")
-def mosquitto(tmp_path_factory):
+def shared_mosquitto(tmp_path_factory):
     """A Mosquitto shared by the session's integration tests."""
     broker = Mosquitto(tmp_path_factory.mktemp("mosquitto")).start()
     yield broker
     broker.stop()
+
+
+RETAINED_TOPICS = ("rase/v1/control/precision", "rase/v1/aggregates/latest")
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """The session's Mosquitto with no retained RASE state left by an earlier
+    test (a retained precision message would recalibrate this test's agents)."""
+    from tests.mqtt_helpers import publish_retained
+
+    for topic in RETAINED_TOPICS:
+        publish_retained(shared_mosquitto.port, topic, b"")
+    return shared_mosquitto
 
 
 @pytest.fixture
