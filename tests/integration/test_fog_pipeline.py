@@ -2,7 +2,7 @@
 
 import json
 import urllib.request
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 
@@ -56,7 +56,11 @@ def test_agents_fog_windows_with_correct_metadata(mosquitto, tmp_path):
     for w in windows:
         raw = json.loads(rec.on("rase/v1/windows/")[windows.index(w)].payload)
         assert set(raw) == set(WindowMessage.model_fields)     # nothing beyond the schema on the wire
-        assert sorted(w.values) == sorted(reports[w.t])        # the multiset of what agents sent
+        # The multiset of what the agents sent for t (all of it when the window is
+        # full; a report that arrives after its window closed is counted late).
+        assert not Counter(w.values) - Counter(reports[w.t])
+        if w.n == 27:
+            assert sorted(w.values) == sorted(reports[w.t])
         assert w.region == "r1" and all(e == 1.0 for e in w.eps)
     for w in full:
         # Three houses of nine appliances: components of width 8, k = ceil(27/9) = 3,
