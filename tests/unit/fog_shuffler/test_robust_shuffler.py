@@ -79,3 +79,22 @@ def test_one_report_per_device():
 def test_bad_params(kw, match):
     with pytest.raises(ValueError, match=match):
         ShuffleParams(**kw)
+
+
+def test_disjoint_clique_fast_path_equals_the_general_bfs():
+    import random
+
+    rng = random.Random(1)
+    for _ in range(300):
+        pool = [f"d{i}" for i in range(40)]
+        rng.shuffle(pool)
+        groups, i = [], 0
+        while i < len(pool):
+            size = rng.randint(1, 6)
+            groups.append(pool[i:i + size])
+            i += size
+        g = RelationshipGraph(groups=groups)
+        reporters = rng.sample([f"d{i}" for i in range(45)], rng.randint(1, 45))  # some unknown to the graph
+        fast = g.reference_order(reporters)
+        g.adj = {"__no_such_device__": set()}   # any edge entry forces the general BFS
+        assert g.reference_order(reporters) == fast
