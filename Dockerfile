@@ -6,6 +6,7 @@ COPY edge_agent edge_agent
 COPY fog_shuffler fog_shuffler
 COPY fusion_center fusion_center
 COPY simulators simulators
+COPY rase_common rase_common
 COPY rase rase
 COPY configs configs
 RUN pip install --no-cache-dir .

@@ -6,7 +6,7 @@ MPY_PKG := @micropython/micropython-webassembly-pyscript@1.27.0
 MPY_DIR := .tools/micropython
 MPY_MJS := $(MPY_DIR)/node_modules/@micropython/micropython-webassembly-pyscript/micropython.mjs
 
-.PHONY: demo test venv deps-test mosquitto micropython bench clean
+.PHONY: demo test venv deps-test mosquitto micropython umqtt stubs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +16,17 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# Debian packages the tests use: a real Mosquitto, and docker-compose (only
+# to validate docker-compose.yml offline; no Docker engine is needed).
 mosquitto:
-	@command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto || { \
-	  echo "installing mosquitto with apt"; \
+	@missing=""; \
+	{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } || missing="$$missing mosquitto"; \
+	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing with apt"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq mosquitto >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 $(MPY_MJS):
 	mkdir -p $(MPY_DIR)
@@ -28,7 +34,26 @@ $(MPY_MJS):
 
 micropython: $(MPY_MJS)
 
-deps-test: venv mosquitto micropython
+# umqtt.simple for board bundles, from the package index's standard API with a
+# pinned sha256 (edge_agent/board_deps.py); the tests read it from here.
+UMQTT_CACHE := .tools/cache
+$(UMQTT_CACHE)/micropython-umqtt-simple-1.3.4/simple.py: $(VENV)/.installed
+	RASE_CACHE_DIR=$(CURDIR)/$(UMQTT_CACHE) $(VENV)/bin/rase flash --download-umqtt
+
+umqtt: $(UMQTT_CACHE)/micropython-umqtt-simple-1.3.4/simple.py
+
+# The boards' own type stubs, one folder per port, for the device-core type check.
+STUBS_VERSION := 1.29.0.post1
+STDLIB_STUBS_VERSION := 1.29.0.post2
+.tools/stubs/%/.installed: $(VENV)/.installed
+	rm -rf $(@D)
+	$(PY) -m pip install -q --no-deps --target $(@D) \
+	  micropython-$*-stubs==$(STUBS_VERSION) micropython-stdlib-stubs==$(STDLIB_STUBS_VERSION)
+	touch $@
+
+stubs: .tools/stubs/esp32/.installed .tools/stubs/rp2/.installed
+
+deps-test: venv mosquitto micropython umqtt stubs
 
 # pytest exits 5 when it ran no test; that must fail the build, and it does
 # because make fails on any non-zero exit.

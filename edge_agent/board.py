@@ -1,7 +1,10 @@
 # Board adapter: the main loop of a flashed sensor. MicroPython only needs
 # this file, the device core, umqtt.simple and /rase_config.json.
 #
-# read_sensor: a function () -> float, named in the config as "module:function".
+# The loop never ends on an error from outside: Wi-Fi, NTP, the broker and the
+# sensor each fail, are counted, and are retried. Optional safety nets: a
+# hardware watchdog (machine.WDT) and machine.reset() after N consecutive
+# link failures, both off unless the config's "board" section turns them on.
 
 import json
 import time
@@ -9,11 +12,18 @@ import time
 from edge_agent.core import AgentCore
 from edge_agent.entropy import RandomBits
 from edge_agent.ledger import BudgetLedger
+from edge_agent.policy import LocalPolicy
 from edge_agent.randomizer import Calibration
 from edge_agent.umqtt_transport import UmqttTransport
 
 # Ports whose epoch is 2000-01-01 need this added to time.time().
 EPOCH_2000_OFFSET_S = 946684800
+
+BOARD_DEFAULTS = {
+    "wifi_ssid": None, "wifi_password": None, "wifi_timeout_s": 20,
+    "ntp_host": "pool.ntp.org", "ntp": True, "ntp_retry_s": 300, "ntp_resync_s": 86400,
+    "watchdog_s": 0, "reset_after_failures": 0, "status_every_reports": 100,
+}
 
 
 def unix_clock():
@@ -21,19 +31,56 @@ def unix_clock():
     return lambda: time.time() + offset
 
 
-def sync_time():
-    """Set the RTC by NTP when the board has network; keep going if not."""
-    try:
-        import ntptime
-        ntptime.settime()
-        return True
-    except Exception:  # no network module or no answer: run on the RTC
-        return False
+class Network:
+    """Wi-Fi (network.WLAN) and NTP (ntptime) for the board loop. Each call
+    returns True or False; none raises."""
+
+    def __init__(self, board, sleep=time.sleep, feed=None):
+        self.board = board
+        self.sleep = sleep
+        self.feed = feed or (lambda: None)
+        self.wlan = None
+
+    def up(self):
+        ssid = self.board["wifi_ssid"]
+        if not ssid:
+            return True  # wired, or the firmware brings the network up itself
+        try:
+            import network
+            if self.wlan is None:
+                self.wlan = network.WLAN(network.STA_IF)
+                self.wlan.active(True)
+            if self.wlan.isconnected():
+                return True
+            self.wlan.connect(ssid, self.board["wifi_password"] or "")
+            waited = 0.0
+            while not self.wlan.isconnected() and waited < self.board["wifi_timeout_s"]:
+                self.feed()
+                self.sleep(0.25)
+                waited += 0.25
+            return self.wlan.isconnected()
+        except Exception:  # no network module, radio error: retried on the next failure
+            return False
+
+    def sync_time(self):
+        try:
+            import ntptime
+            ntptime.host = self.board["ntp_host"]
+            ntptime.settime()
+            return True
+        except Exception:  # no answer: retried after ntp_retry_s
+            return False
 
 
 def load_config(path="/rase_config.json"):
     with open(path) as f:
         return json.load(f)
+
+
+def board_settings(cfg):
+    out = dict(BOARD_DEFAULTS)
+    out.update(cfg.get("board") or {})
+    return out
 
 
 def import_callable(spec):
@@ -49,7 +96,9 @@ def build_core(cfg, bits=None):
     return AgentCore(device=cfg["device"], region=cfg["region"], eps=cfg["eps"], ledger=ledger,
                      calibration=Calibration(cal["beta"], cal["rho"], cal["x_min"], cal["x_max"], cal["gamma"]),
                      period_s=cfg["period_s"], epoch0=cfg["epoch0"], bits=bits,
-                     outbox_capacity=cfg.get("outbox_capacity", 64))
+                     outbox_capacity=cfg.get("outbox_capacity", 64),
+                     policy=LocalPolicy.from_dict(cfg.get("policy"), cfg["period_s"]),
+                     mechanism=cfg.get("mechanism", "br"))
 
 
 def make_umqtt_factory(cfg):
@@ -63,26 +112,115 @@ def make_umqtt_factory(cfg):
     return make
 
 
-def run(read_sensor, cfg, clock=None, sleep=time.sleep, make_client=None, bits=None, max_steps=None):
+class BoardLoop:
+    """One sensor board: read, randomize, publish, forever. `tick(now)` is
+    one period's work; `run` adds the sleeping."""
+
+    def __init__(self, read_sensor, cfg, make_client=None, bits=None, net=None, machine=None,
+                 sleep=time.sleep, log=print):
+        self.read_sensor = read_sensor
+        self.board = board_settings(cfg)
+        self.sleep = sleep
+        self.log = log
+        self.core = build_core(cfg, bits=RandomBits() if bits is None else bits)
+        keepalive_s = cfg["broker"].get("keepalive_s", 60) if "broker" in cfg else 60
+        self.transport = UmqttTransport(self.core, make_client or make_umqtt_factory(cfg), keepalive_s=keepalive_s)
+        self.wdt = None
+        self.machine = machine
+        if self.board["watchdog_s"]:
+            self.wdt = self._machine().WDT(timeout=int(self.board["watchdog_s"] * 1000))
+        self.net = net or Network(self.board, sleep=sleep, feed=self.feed)
+        self.time_ok = not self.board["ntp"]
+        self.next_ntp = 0
+        self.sensor_errors = 0
+        self.last_status_at = 0
+
+    def _machine(self):
+        if self.machine is None:
+            import machine
+            self.machine = machine
+        return self.machine
+
+    def feed(self):
+        if self.wdt is not None:
+            self.wdt.feed()
+
+    def _keep_time(self, now):
+        if self.board["ntp"] and now >= self.next_ntp:
+            if self.net.sync_time():
+                self.time_ok = True
+                self.next_ntp = now + self.board["ntp_resync_s"]
+            else:
+                self.next_ntp = now + self.board["ntp_retry_s"]
+
+    def _read(self, now):
+        if not self.time_ok:
+            return  # a clock at its power-on default would stamp every report wrong
+        try:
+            x = self.read_sensor()
+            self.core.step(x, now)
+        except Exception as exc:  # sensor fault or bad reading: skipped before any budget is spent
+            self.sensor_errors += 1
+            if self.sensor_errors == 1 or self.sensor_errors % 100 == 0:
+                self.log("rase: sensor error %d: %r" % (self.sensor_errors, exc))
+
+    def _link(self, now):
+        t = self.transport
+        if t.client is None and now >= t.next_try and not self.net.up():
+            t.failures += 1
+            t.next_try = now + t.backoff_s
+            t.backoff_s = min(t.backoff_s * 2, t.backoff_max_s)
+        else:
+            t.poll(now)
+        limit = self.board["reset_after_failures"]
+        if limit and t.failures >= limit:
+            self.log("rase: %d consecutive link failures (%s); resetting" % (t.failures, t.last_error))
+            self._machine().reset()
+
+    def status_line(self):
+        c, t = self.core, self.transport
+        return ("rase: sent=%d queued=%d dropped=%d sensor_errors=%d budget_skips=%d disconnects=%d "
+                "link=%s state=%s" % (c.sent, len(c.outbox), c.outbox.dropped, self.sensor_errors,
+                                      c.skipped_budget, t.disconnects, "up" if t.client else "down", c.status))
+
+    def tick(self, now):
+        self.feed()
+        self._keep_time(now)
+        self._read(now)
+        self._link(now)
+        every = self.board["status_every_reports"]
+        if every and self.core.sent - self.last_status_at >= every:
+            self.last_status_at = self.core.sent
+            self.log(self.status_line())
+
+    def wait_s(self, now):
+        """Until shortly after the next period boundary."""
+        core = self.core
+        t_next = core.epoch0 + (core.logical_t(now) + 1) * core.period_s
+        return max(0.05, min(core.period_s, t_next - now + 0.05))
+
+    def nap(self, seconds):
+        # Short naps so the watchdog is fed even through a long period.
+        step = max(0.05, self.board["watchdog_s"] / 4) if self.wdt is not None else seconds
+        while seconds > 0:
+            self.feed()
+            self.sleep(min(step, seconds))
+            seconds -= step
+
+
+def run(read_sensor, cfg, clock=None, sleep=time.sleep, make_client=None, bits=None, max_steps=None,
+        net=None, machine=None, log=print):
     clock = clock or unix_clock()
-    core = build_core(cfg, bits=RandomBits() if bits is None else bits)
-    transport = UmqttTransport(core, make_client or make_umqtt_factory(cfg))
+    loop = BoardLoop(read_sensor, cfg, make_client=make_client, bits=bits, net=net, machine=machine,
+                     sleep=sleep, log=log)
     steps = 0
     while max_steps is None or steps < max_steps:
-        now = clock()
-        try:
-            core.step(read_sensor(), now)
-        except ValueError:
-            pass  # a sensor fault: no report this period, no budget spent
-        transport.poll(now)
+        loop.tick(clock())
         steps += 1
-        # Wake shortly after the next period boundary.
-        t_next = core.epoch0 + (core.logical_t(now) + 1) * core.period_s
-        sleep(max(0.05, min(core.period_s, t_next - clock() + 0.05)))
-    return core, transport
+        loop.nap(loop.wait_s(clock()))
+    return loop
 
 
 def main():
     cfg = load_config()
-    sync_time()
     run(import_callable(cfg.get("sensor", "sensor:read")), cfg)

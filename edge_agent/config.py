@@ -9,9 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from edge_agent import wire
+from edge_agent.policy import KNOWN_MECHANISMS, LocalPolicy
+from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
 from edge_agent.randomizer import Calibration
-from rase.mqtt import BrokerConfig
-from rase.settings import TomlSettings
+from rase_common.mqtt import BrokerConfig
+from rase_common.settings import TomlSettings
 
 
 class CalibrationConfig(BaseModel):
@@ -50,6 +52,57 @@ class SourceConfig(BaseModel):
         return self
 
 
+class PolicyConfig(BaseModel):
+    """The device's local policy over the control message (edge_agent.policy):
+    a control message outside these bounds is ignored whole. eps is bounded by
+    the device's own `eps` (it never uses a menu level above it)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    period_min_s: float | None = Field(None, gt=0)   # default: the device's own period_s
+    x_min_floor: float = -1e9
+    x_max_ceiling: float = 1e9
+    gamma_min: float = Field(1e-6, gt=0)
+    gamma_max: float = Field(1e9, gt=0)
+    mechanisms: list[str] = list(KNOWN_MECHANISMS)
+
+    def resolved(self, period_s: float) -> dict:
+        d = self.model_dump()
+        d["period_min_s"] = self.period_min_s or period_s
+        return d
+
+    def build(self, period_s: float) -> LocalPolicy:
+        # One set of rules: the device core's own constructor.
+        return LocalPolicy.from_dict(self.resolved(period_s), period_s)
+
+    @model_validator(mode="after")
+    def _valid(self) -> "PolicyConfig":
+        self.build(self.period_min_s or 1.0)
+        return self
+
+
+class BoardConfig(BaseModel):
+    """What only a flashed board needs (edge_agent/board.py): network, time,
+    safety nets and console output. Written into /rase_config.json."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    wifi_ssid: str | None = None           # unset: wired, or the firmware brings the network up
+    wifi_password: str | None = None
+    wifi_timeout_s: float = Field(20.0, gt=0, le=300)
+    ntp: bool = True                       # no reports until the clock is set by NTP
+    ntp_host: str = "pool.ntp.org"
+    ntp_retry_s: float = Field(300.0, gt=0)
+    ntp_resync_s: float = Field(86400.0, gt=0)
+    watchdog_s: float = Field(0.0, ge=0, le=8388)   # machine.WDT timeout; 0 = off (ESP32 caps ~8388 s)
+    reset_after_failures: int = Field(0, ge=0)     # machine.reset() after this many link failures; 0 = never
+    status_every_reports: int = Field(100, ge=0)   # console status line; 0 = never
+
+    @model_validator(mode="after")
+    def _watchdog_outlasts_a_blocking_call(self) -> "BoardConfig":
+        # The loop feeds the watchdog between calls; a socket read may block
+        # 10 s and a Wi-Fi join wifi_timeout_s, fed every 0.25 s.
+        if self.watchdog_s and self.watchdog_s < 15:
+            raise ValueError(f"board.watchdog_s must be 0 (off) or >= 15 s, got {self.watchdog_s}")
+        return self
+
+
 class AgentConfig(TomlSettings):
     model_config = SettingsConfigDict(env_prefix="RASE_AGENT_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
@@ -69,8 +122,18 @@ class AgentConfig(TomlSettings):
     outbox_capacity: int = Field(10000, ge=1)
     max_inflight: int = Field(100, ge=1, le=60000)
     calibration: CalibrationConfig = CalibrationConfig()
+    # Randomizer until the fusion center's control message names one:
+    # "br" (the paper's BR), "duchi", "piecewise" or "hybrid".
+    mechanism: str = DEFAULT_MECHANISM
     broker: BrokerConfig = BrokerConfig()
     source: SourceConfig = SourceConfig()
+    policy: PolicyConfig = PolicyConfig()
+    board: BoardConfig = BoardConfig()
+
+    @field_validator("mechanism")
+    @classmethod
+    def _known_mechanism(cls, v: str) -> str:
+        return check_mechanism(v)
 
     @field_validator("device", "region")
     @classmethod
@@ -85,9 +148,11 @@ class AgentConfig(TomlSettings):
             "period_s": self.period_s, "epoch0": self.epoch0,
             "ledger_path": "/rase_ledger.json", "outbox_capacity": min(self.outbox_capacity, 64),
             "ledger_reserve_reports": self.board_ledger_reserve_reports,
-            "calibration": self.calibration.model_dump(),
+            "calibration": self.calibration.model_dump(), "mechanism": self.mechanism,
             "broker": {"host": self.broker.host, "port": self.broker.port, "user": self.broker.username,
                        "password": self.broker.password, "tls": self.broker.tls,
                        "keepalive_s": self.broker.keepalive_s},
             "sensor": "sensor:read",
+            "board": self.board.model_dump(),
+            "policy": self.policy.resolved(self.period_s),
         }

@@ -1,17 +1,27 @@
-# The agent's logic without I/O: reading -> budget check -> BR -> report.
+# The agent's logic without I/O: reading -> budget check -> randomizer (BR or
+# the deployment's mechanism, edge_agent.mechanisms) -> report.
 # Transports (paho on CPython, umqtt on boards) drain `outbox` and publish
 # `status` whenever `status_changed` is set.
 
 from edge_agent import wire
 from edge_agent.outbox import Outbox
-from edge_agent.randomizer import BudgetRandomizer, Calibration
+from edge_agent.mechanisms import DEFAULT_MECHANISM, make_randomizer
+from edge_agent.policy import LocalPolicy
+from edge_agent.randomizer import EPS_UNITS, Calibration
+
+
+def check_sampler(randomizer, eps):
+    """Raise ValueError if the randomizer cannot draw at eps (BR's noise(),
+    the other mechanisms' params())."""
+    prepare = getattr(randomizer, "noise", None) or randomizer.params
+    prepare(eps)
 
 
 class AgentCore:
     """One device. Keyword-only use is intended: AgentCore(device=..., ...)."""
 
     def __init__(self, device, region, eps, ledger, calibration, period_s=8,
-                 epoch0=0, bits=None, outbox_capacity=256):
+                 epoch0=0, bits=None, outbox_capacity=256, policy=None, mechanism=DEFAULT_MECHANISM):
         self.device = wire.check_name("device", device)
         self.region = wire.check_name("region", region)
         if not (eps > 0):
@@ -23,7 +33,8 @@ class AgentCore:
         self.ledger = ledger
         self.period_s = period_s
         self.epoch0 = epoch0
-        self.randomizer = BudgetRandomizer(calibration, bits)
+        self.mechanism = mechanism
+        self.randomizer = make_randomizer(mechanism, calibration, bits)
         self.outbox = Outbox(outbox_capacity)
         self.topic = wire.report_topic(region, device)
         self.seq = 0
@@ -32,6 +43,20 @@ class AgentCore:
         self.status_changed = True
         self.sent = 0
         self.skipped_budget = 0
+        self.policy = policy or LocalPolicy(period_min_s=period_s)
+        self.control_rejected = 0
+        self.last_rejection = None
+
+    def privacy_spent(self):
+        """eps per report, per hour at this period, and spent this budget period."""
+        eps = self.eps()
+        led = self.ledger
+        return {"eps_per_report": eps, "eps_per_hour": None if eps is None else eps * 3600.0 / self.period_s,
+                "spent_this_period": led.spent_units / EPS_UNITS, "budget_per_period": led.budget_units / EPS_UNITS,
+                "budget_period_s": led.period_s}
+
+    def status_payload(self):
+        return wire.encode_status(self.status, self.privacy_spent())
 
     def logical_t(self, now):
         return int((now - self.epoch0) // self.period_s)
@@ -60,8 +85,13 @@ class AgentCore:
         if eps is None:
             self._set_status("no_eps_level")
             return None
-        # Validate before spending so a sensor fault costs no budget.
+        # Validate the reading and the sampler before spending, so a sensor
+        # fault or a refused calibration costs no budget.
         self.randomizer.quantize(x)
+        check_sampler(self.randomizer, eps)
+        if self.ledger.locked(now):
+            self._set_status("ledger_unreadable")
+            return None
         if not self.ledger.try_spend(eps, now):
             self.skipped_budget += 1
             self._set_status("budget_exhausted")
@@ -72,22 +102,34 @@ class AgentCore:
         payload = wire.encode_report(t, y, eps, self.seq)
         self.outbox.put((self.topic, payload))
         self.sent += 1
-        self._set_status("online")
+        self._set_status("control_rejected" if self.last_rejection else "online")
         return payload
 
     def apply_control(self, payload):
-        """Recalibrate from a control message; raises ValueError if it is bad
-        (the running calibration is then kept)."""
-        msg = wire.parse_control(payload)
-        cal = Calibration(beta=msg["beta"], rho=msg["rho"], x_min=msg["x_min"],
-                          x_max=msg["x_max"], gamma=msg["gamma"])
-        if not (msg["period_s"] > 0):
-            raise ValueError("control field period_s must be > 0, got %r" % (msg["period_s"],))
-        self.randomizer = BudgetRandomizer(cal, self.randomizer.bits)
+        """Recalibrate from a control message. A malformed one, or one outside
+        this device's local policy, is ignored whole: the running calibration
+        stays, the status says control_rejected, and ValueError says why."""
+        try:
+            msg = wire.parse_control(payload)
+            self.policy.check(msg)
+            cal = Calibration(beta=msg["beta"], rho=msg["rho"], x_min=msg["x_min"],
+                              x_max=msg["x_max"], gamma=msg["gamma"])
+            randomizer = make_randomizer(msg["mechanism"], cal, self.randomizer.bits)
+            levels = msg["eps_levels"]
+            usable = [e for e in levels if e <= self.eps_max]
+            if usable:
+                check_sampler(randomizer, usable[-1])  # the sampler must accept it before anything changes
+        except ValueError as err:
+            self.control_rejected += 1
+            self.last_rejection = str(err)
+            self._set_status("control_rejected")
+            raise
+        self.randomizer = randomizer
+        self.mechanism = msg["mechanism"]
         self.period_s = msg["period_s"]
         if "epoch0" in msg:
             self.epoch0 = msg["epoch0"]
-        self.eps_levels = msg["eps_levels"]
-        if self.eps() is not None and self.status == "no_eps_level":
-            self._set_status("online")
+        self.eps_levels = levels
+        self.last_rejection = None
+        self._set_status("online" if self.eps() is not None else "no_eps_level")
         return cal

@@ -8,10 +8,8 @@
 
 def system_read():
     """Return the OS CSPRNG as a function n -> bytes, or raise OSError."""
-    try:
-        from os import urandom
-    except ImportError:
-        urandom = None
+    import os
+    urandom = getattr(os, "urandom", None)
     if urandom is None:
         raise OSError("no os.urandom on this platform: pass read= explicitly")
     return urandom

@@ -8,6 +8,11 @@
 # write its flash once per block instead of once per report, at the price of
 # losing at most one unused block on a reboot. A clock that goes backwards
 # never reopens an earlier period.
+#
+# Fail closed: a missing ledger is a new device, but a ledger that exists and
+# cannot be read (corrupt, empty, torn) counts the current period as spent;
+# the device resumes at the next period. Writes are atomic (write a .tmp,
+# fsync where the port has it, rename).
 
 import json
 import os
@@ -39,27 +44,49 @@ class BudgetLedger:
         self.spent_units = 0
         self.reserved_units = 0
         self.writes = 0
+        self.unreadable = False     # the file existed and could not be read: this period is spent
         self._load()
 
+    @staticmethod
+    def _read(p):
+        with open(p) as f:
+            state = json.load(f)
+        period, spent = int(state["period"]), int(state["spent_units"])
+        if spent < 0:
+            raise ValueError("negative spend")
+        return period, spent
+
     def _load(self):
-        for p in (self.path, self.path + ".tmp"):
-            if _exists(p):
-                try:
-                    with open(p) as f:
-                        state = json.load(f)
-                    self.period = int(state["period"])
-                    # Whatever was reserved before the restart is spent.
-                    self.spent_units = self.reserved_units = int(state["spent_units"])
-                    return
-                except (ValueError, KeyError, TypeError):
-                    # A torn write is only possible for the .tmp file; the
-                    # main file is replaced atomically. Try the next candidate.
-                    continue
+        main, tmp = self.path, self.path + ".tmp"
+        for p in (main, tmp):
+            if not _exists(p):
+                continue
+            try:
+                # Whatever was reserved before the restart is spent.
+                self.period, self.spent_units = self._read(p)
+                self.reserved_units = self.spent_units
+                return
+            except (ValueError, KeyError, TypeError, OSError):
+                # The .tmp is the copy left by a stop between remove and
+                # rename on file systems that cannot rename over a file; a
+                # main file that exists but does not parse is not trusted.
+                if p == main:
+                    break
+        if _exists(main) or _exists(tmp):
+            self.unreadable = True
+
+    def locked(self, now):
+        """True while the period in which an unreadable ledger was found lasts."""
+        self._roll(now)
+        return self.unreadable
 
     def _save(self):
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             f.write(json.dumps({"v": 1, "period": self.period, "spent_units": self.reserved_units}))
+            f.flush()
+            if hasattr(os, "fsync") and hasattr(f, "fileno"):
+                os.fsync(f.fileno())
         try:
             os.rename(tmp, self.path)
         except OSError:
@@ -71,10 +98,16 @@ class BudgetLedger:
 
     def _roll(self, now):
         p = int(now // self.period_s)
-        if p > self.period:
+        if self.unreadable and self.period == -1:
+            # Fail closed: the period in which the bad ledger was found is spent.
+            self.period = p
+            self.spent_units = self.reserved_units = self.budget_units
+            self._save()
+        elif p > self.period:
             self.period = p
             self.spent_units = 0
             self.reserved_units = 0
+            self.unreadable = False
 
     def remaining(self, now):
         """eps left in the period containing `now`."""

@@ -18,14 +18,15 @@ import paho.mqtt.client as mqtt
 
 from edge_agent import wire
 from edge_agent.core import AgentCore
-from rase.mqtt import BrokerConfig, connect_in_background, paho_client
+from rase_common.mqtt import BrokerConfig, connect_in_background, paho_client
 
 log = logging.getLogger(__name__)
 
 
 class PahoTransport:
-    def __init__(self, core: AgentCore, broker: BrokerConfig, *, max_inflight: int = 100):
+    def __init__(self, core: AgentCore, broker: BrokerConfig, *, max_inflight: int = 100, wakeup=None):
         self.core = core
+        self.wakeup = wakeup              # the service's loop, woken on connect, PUBACK and control
         self.broker = broker
         self.max_inflight = max_inflight
         self.lock = threading.Lock()      # guards core (control messages arrive on paho's thread)
@@ -59,18 +60,26 @@ class PahoTransport:
         client.subscribe(wire.CONTROL_TOPIC, qos=1)
         self.core.status_changed = True
         self.connected.set()
+        self._wake()
         log.info("agent=%s connected to %s:%d", self.core.device, self.broker.host, self.broker.port)
 
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties):  # noqa: ANN001
         if self.subscribed_at is None:
             self.subscribed_at = time.monotonic()
+        self._wake()
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
         self.connected.clear()
         log.info("agent=%s disconnected: %s", self.core.device, reason_code)
 
+    def _wake(self) -> None:
+        if self.wakeup is not None:
+            self.wakeup.set()
+
     def _on_publish(self, client, userdata, mid, reason_code, properties):  # noqa: ANN001
         self.acked += 1
+        if len(self.core.outbox):
+            self._wake()                  # room in flight for what is queued
 
     def _on_message(self, client, userdata, msg):  # noqa: ANN001
         if msg.topic != wire.CONTROL_TOPIC:
@@ -81,10 +90,14 @@ class PahoTransport:
                     return  # a cleared retained message: keep the current calibration
                 cal = self.core.apply_control(msg.payload)
                 self.control_applied.set()
+                self._wake()
                 log.info("agent=%s recalibrated: %s levels=%s", self.core.device, cal.as_dict(), self.core.eps_levels)
             except ValueError as err:
                 self.control_errors += 1
-                log.warning("agent=%s ignored bad control message: %s", self.core.device, err)
+                log.warning("agent=%s ignored control message (kept its calibration): %s", self.core.device, err)
+            except Exception:  # a bug must not kill paho's network thread: keep the calibration, say so
+                self.control_errors += 1
+                log.exception("agent=%s could not apply a control message; kept its calibration", self.core.device)
 
     # caller's thread -----------------------------------------------------
     def calibrated(self, grace_s: float, give_up_s: float) -> bool:
@@ -114,7 +127,7 @@ class PahoTransport:
             core = self.core
             if core.status_changed:
                 core.status_changed = False
-                self._publish(wire.status_topic(core.device), wire.encode_status(core.status), retain=True)
+                self._publish(wire.status_topic(core.device), core.status_payload(), retain=True)
             box = core.outbox
             while len(box) and self.inflight < self.max_inflight and self.connected.is_set():
                 topic, payload = box.pop()

@@ -58,7 +58,11 @@ class Calibration:
         self.x_max = x_max
         self.gamma = gamma
         self.delta = x_max - x_min
-        k = int(self.delta / gamma)
+        steps = self.delta / gamma
+        if not _finite(steps):
+            # A denormal gamma (or a range near the float limit): int() would raise OverflowError.
+            raise ValueError("range / gamma must be finite, got %r / %r" % (self.delta, gamma))
+        k = int(steps)
         if k * gamma < self.delta:
             k += 1
         self.grid_max = k

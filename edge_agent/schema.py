@@ -32,11 +32,23 @@ class Report(BaseModel):
         return v
 
 
+class PrivacySpent(BaseModel):
+    """What a device spends (basic composition): eps per report, per hour at
+    its reporting period, and so far in the current budget period."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    eps_per_report: float | None = Field(None, ge=0)
+    eps_per_hour: float | None = Field(None, ge=0)
+    spent_this_period: float = Field(ge=0)
+    budget_per_period: float = Field(gt=0)
+    budget_period_s: float = Field(gt=0)
+
+
 class Status(BaseModel):
     """Retained device status: rase/v1/status/{device}."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     v: Literal[1]
     state: Literal[STATES]  # type: ignore[valid-type]
+    privacy: PrivacySpent | None = None
 
 
 assert VERSION == 1

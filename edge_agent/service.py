@@ -12,8 +12,8 @@ from edge_agent.entropy import RandomBits
 from edge_agent.ledger import BudgetLedger
 from edge_agent.paho_transport import PahoTransport
 from edge_agent.sources import Source, make_source
-from rase.clock import ScaledClock, WallClock
-from rase.loop import wait_or_stop
+from rase_common.clock import ScaledClock, WallClock
+from rase_common.loop import Wakeup, seconds_to_next_period
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,8 @@ def build_core(cfg: AgentConfig, bits: RandomBits | None = None) -> AgentCore:
     ledger = BudgetLedger(str(cfg.ledger_path), cfg.budget_eps, cfg.budget_period_s, cfg.ledger_reserve_reports)
     return AgentCore(device=cfg.device, region=cfg.region, eps=cfg.eps, ledger=ledger,
                      calibration=cfg.calibration.build(), period_s=cfg.period_s, epoch0=cfg.epoch0,
-                     bits=bits, outbox_capacity=cfg.outbox_capacity)
+                     bits=bits, outbox_capacity=cfg.outbox_capacity, policy=cfg.policy.build(cfg.period_s),
+                     mechanism=cfg.mechanism)
 
 
 class AgentService:
@@ -35,7 +36,8 @@ class AgentService:
         self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
         self.core = build_core(cfg)
         self.source = source or make_source(cfg.source, cfg.device, self.clock.now())
-        self.transport = PahoTransport(self.core, cfg.broker, max_inflight=cfg.max_inflight)
+        self.wakeup = Wakeup()
+        self.transport = PahoTransport(self.core, cfg.broker, max_inflight=cfg.max_inflight, wakeup=self.wakeup)
         self.pump_interval_s = pump_interval_s
         self.sensor_errors = 0
         # The retained precision message arrives just after subscribing; wait
@@ -66,10 +68,20 @@ class AgentService:
                 log.warning("agent=%s bad reading %r: %s", self.cfg.device, x, err)
                 return None
 
+    def _idle_s(self) -> float:
+        """Until the next period boundary (the next reading), or sooner while
+        the agent waits for its first calibration or has reports queued."""
+        core = self.core
+        wait = seconds_to_next_period(self.clock, core.epoch0, core.period_s, cap_s=core.period_s)
+        if not self.transport.calibrated(self.control_grace_s, self.give_up_s):
+            wait = min(wait, self.control_grace_s / 4)
+        if len(core.outbox):
+            wait = min(wait, self.pump_interval_s)   # e.g. offline: retry the hand-off
+        return wait
+
     async def run(self, stop: asyncio.Event | None = None, max_reports: int | None = None) -> None:
         stop = stop or asyncio.Event()
-        # Wake at least twice per (possibly simulated) period.
-        interval_s = min(self.pump_interval_s, self.core.period_s / getattr(self.clock, "speedup", 1.0) / 2)
+        self.wakeup.bind()
         self.transport.start()
         try:
             while not stop.is_set():
@@ -77,7 +89,9 @@ class AgentService:
                 self.transport.pump()
                 if max_reports is not None and self.core.sent >= max_reports and not len(self.core.outbox):
                     break
-                await wait_or_stop(stop, interval_s)
+                # No polling tick: wake at the next period, or when the transport
+                # connects, gets a PUBACK or applies a control message.
+                await self.wakeup.wait(stop, self._idle_s())
         finally:
             # In a worker thread: waiting for the offline status's PUBACK must not
             # block an event loop that may be running the broker itself.

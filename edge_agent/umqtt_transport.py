@@ -1,9 +1,13 @@
 # MicroPython transport over umqtt.simple (micropython-lib).
 #
 # umqtt's QoS 1 publish blocks for the PUBACK but never resends and has no
-# timeout of its own, so: a socket timeout is set after connect, a report
-# leaves the core's outbox only once publish() returned (PUBACK seen), and any
-# OSError drops the connection and retries later with exponential backoff.
+# timeout of its own, so: a socket timeout is set after connect, and a report
+# leaves the core's outbox only once publish() returned (PUBACK seen).
+#
+# umqtt fails in many ways: OSError from the socket, MQTTException for a
+# refused CONNACK or SUBACK, AssertionError/IndexError/TypeError on a broken
+# or truncated stream. Every one of them means the same thing here: drop the
+# connection, back off exponentially, reconnect. Nothing queued is lost.
 
 from edge_agent import wire
 
@@ -14,75 +18,91 @@ def _b(s):
 
 
 class UmqttTransport:
-    def __init__(self, core, make_client, backoff_min_s=1, backoff_max_s=60, socket_timeout_s=10):
+    def __init__(self, core, make_client, backoff_min_s=1, backoff_max_s=60, socket_timeout_s=10,
+                 keepalive_s=60):
         self.core = core
         self.make_client = make_client
         self.backoff_min_s = backoff_min_s
         self.backoff_max_s = backoff_max_s
         self.socket_timeout_s = socket_timeout_s
+        self.keepalive_s = keepalive_s
         self.client = None
         self.backoff_s = backoff_min_s
         self.next_try = 0
+        self.last_io = 0
         self.control_errors = 0
         self.disconnects = 0
+        self.failures = 0            # consecutive failed connects or sends
+        self.last_error = None
 
     def _on_message(self, topic, msg):
         if topic == wire.CONTROL_TOPIC.encode() or topic == wire.CONTROL_TOPIC:
             try:
                 self.core.apply_control(msg)
-            except ValueError:
+            except Exception:  # a bad control message must not look like a broken link
                 self.control_errors += 1
 
-    def connect(self):
+    def connect(self, now):
         c = self.make_client()
+        self.client = c  # so _fail closes its socket if connect breaks half-way
         c.set_last_will(_b(wire.status_topic(self.core.device)), _b(wire.encode_status("offline")), retain=True, qos=1)
         c.set_callback(self._on_message)
         c.connect()
-        if self.socket_timeout_s and hasattr(c, "sock"):
+        if self.socket_timeout_s and getattr(c, "sock", None) is not None:
             c.sock.settimeout(self.socket_timeout_s)
-        self.client = c
         c.subscribe(_b(wire.CONTROL_TOPIC), qos=1)
         self.core.status_changed = True
-        self.backoff_s = self.backoff_min_s
+        self.last_io = now
+        return c
 
-    def _drop(self, now):
-        try:
-            self.client.sock.close()
-        except Exception:  # already broken; nothing more to release
-            pass
+    def _fail(self, now, exc):
+        c = self.client
+        if c is not None:
+            try:
+                c.sock.close()
+            except Exception:  # already broken; nothing more to release
+                pass
+            self.disconnects += 1
         self.client = None
-        self.disconnects += 1
+        self.failures += 1
+        self.last_error = "%s: %s" % (type(exc).__name__, exc)
         self.next_try = now + self.backoff_s
         self.backoff_s = min(self.backoff_s * 2, self.backoff_max_s)
 
-    def flush(self):
-        c = self.client
+    def flush(self, c, now):
         core = self.core
         if core.status_changed:
-            c.publish(_b(wire.status_topic(core.device)), _b(wire.encode_status(core.status)), retain=True, qos=1)
+            c.publish(_b(wire.status_topic(core.device)), _b(core.status_payload()), retain=True, qos=1)
             core.status_changed = False
+            self.last_io = now
         box = core.outbox
         while len(box):
             topic, payload = box.peek()
             c.publish(_b(topic), _b(payload), qos=1)
             box.pop()
+            self.last_io = now
+        if self.keepalive_s and now - self.last_io >= self.keepalive_s / 2:
+            c.ping()  # umqtt never pings by itself; an idle link would be dropped
+            self.last_io = now
 
     def poll(self, now):
-        """Connect if due, take control messages, send what is queued."""
-        if self.client is None:
+        """Connect if due, take control messages, send what is queued.
+        Returns True when the link is up and the outbox was drained."""
+        c = self.client
+        if c is None:
             if now < self.next_try:
                 return False
             try:
-                self.connect()
-            except OSError:
-                self.client = None
-                self.next_try = now + self.backoff_s
-                self.backoff_s = min(self.backoff_s * 2, self.backoff_max_s)
+                c = self.connect(now)
+            except Exception as exc:
+                self._fail(now, exc)
                 return False
         try:
-            self.client.check_msg()
-            self.flush()
-            return True
-        except OSError:
-            self._drop(now)
+            c.check_msg()
+            self.flush(c, now)
+        except Exception as exc:
+            self._fail(now, exc)
             return False
+        self.failures = 0
+        self.backoff_s = self.backoff_min_s
+        return True

@@ -5,8 +5,12 @@
 
 import json
 
+from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
+
 VERSION = 1
-STATES = ("online", "offline", "budget_exhausted", "no_eps_level")
+STATES = ("online", "offline", "budget_exhausted", "no_eps_level", "control_rejected", "ledger_unreadable")
+MAX_CONTROL_BYTES = 4096
+MAX_EPS_LEVELS = 16
 CONTROL_TOPIC = "rase/v1/control/precision"
 
 
@@ -32,40 +36,60 @@ def encode_report(t, y, eps, seq):
     return json.dumps({"v": VERSION, "t": t, "y": y, "eps": eps, "seq": seq}, separators=(",", ":"))
 
 
-def encode_status(state):
+def encode_status(state, privacy=None):
+    """Status payload; `privacy` (AgentCore.privacy_spent) says what the device
+    spends: eps per report, per hour at its cadence, and in this budget period."""
     if state not in STATES:
         raise ValueError("unknown status %r" % (state,))
-    return json.dumps({"v": VERSION, "state": state}, separators=(",", ":"))
+    msg = {"v": VERSION, "state": state}
+    if privacy:
+        msg["privacy"] = privacy
+    return json.dumps(msg, separators=(",", ":"))
 
 
 _CONTROL_NUMBERS = ("beta", "rho", "x_min", "x_max", "gamma", "period_s")
 
 
+def _finite_number(key, val):
+    # NaN and infinities parse from JSON here (Python and MicroPython accept them).
+    if not isinstance(val, (int, float)) or isinstance(val, bool) or val != val or val in (1e400, -1e400):
+        raise ValueError("control field %s must be a finite number, got %r" % (key, val))
+    return val
+
+
 def parse_control(payload):
     """Decode a precision control message into a dict, or raise ValueError.
 
-    Keys: beta, rho, x_min, x_max, gamma, period_s, eps_levels (list), and
-    epoch0 when present. Range checks happen in Calibration.
+    Keys: beta, rho, x_min, x_max, gamma, period_s, eps_levels (sorted list),
+    mechanism ("br" when absent), and epoch0 when present. Every number must be
+    finite; range checks happen in Calibration and the device's LocalPolicy.
     """
+    if len(payload) > MAX_CONTROL_BYTES:
+        raise ValueError("control message is larger than %d bytes" % MAX_CONTROL_BYTES)
     try:
         msg = json.loads(payload)
-    except ValueError:
+    except (ValueError, TypeError):
         raise ValueError("control message is not JSON")
     if not isinstance(msg, dict) or msg.get("v") != VERSION:
         raise ValueError("control message has no supported version")
-    out = {}
+    out = {}  # type: dict
     for key in _CONTROL_NUMBERS:
-        val = msg.get(key)
-        if not isinstance(val, (int, float)) or isinstance(val, bool):
-            raise ValueError("control field %s must be a number, got %r" % (key, val))
-        out[key] = val
+        out[key] = _finite_number(key, msg.get(key))
     levels = msg.get("eps_levels")
-    if not isinstance(levels, list) or not levels:
-        raise ValueError("control field eps_levels must be a non-empty list")
+    if not isinstance(levels, list) or not levels or len(levels) > MAX_EPS_LEVELS:
+        raise ValueError("control field eps_levels must be a list of 1 to %d numbers" % MAX_EPS_LEVELS)
     for e in levels:
-        if not isinstance(e, (int, float)) or isinstance(e, bool) or not (e > 0):
+        if not (_finite_number("eps level", e) > 0):
             raise ValueError("control eps level must be a positive number, got %r" % (e,))
     out["eps_levels"] = sorted(levels)
+    try:
+        out["mechanism"] = check_mechanism(msg.get("mechanism", DEFAULT_MECHANISM))
+    except ValueError as e:
+        raise ValueError("control field " + str(e))
     if "epoch0" in msg:
-        out["epoch0"] = msg["epoch0"]
+        out["epoch0"] = _finite_number("epoch0", msg["epoch0"])
+    try:
+        out["mechanism"] = check_mechanism(msg.get("mechanism", DEFAULT_MECHANISM))
+    except ValueError as e:
+        raise ValueError("control field " + str(e))
     return out

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from edge_agent import wire
 from fog_shuffler.relationship import RelationshipGraph
-from fog_shuffler.robust_shuffler import ShuffleParams
-from rase.mqtt import BrokerConfig
-from rase.settings import TomlSettings
+from fog_shuffler.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
+from rase_common.kafka import KafkaConfig
+from rase_common.mqtt import BrokerConfig
+from rase_common.settings import TomlSettings
 
 REFIT_APPLIANCES = 9
 
@@ -54,22 +56,35 @@ class RegionConfig(BaseModel):
 
 
 class ShufflerConfig(BaseModel):
+    """Defaults are protective, chosen from evidence (docs/evaluation.md, alpha x
+    group size sweep): alpha 2 and Mallows for Delta_K in [alpha, 20 alpha], so a
+    REFIT house (Delta_K 36) is shuffled with theta = 0.056 and the sender is
+    within 1.2x of chance. The papers' setting is alpha = 30, delta_max_factor = 10."""
     model_config = ConfigDict(extra="forbid", frozen=True)
-    alpha: float = Field(30.0, gt=0)
+    alpha: float = Field(PROTECTIVE_ALPHA, gt=0)
     delta_min_factor: float = Field(1.0, gt=0)    # Mallows when min*alpha <= Delta_K <= max*alpha
-    delta_max_factor: float = Field(10.0, gt=0)
+    delta_max_factor: float = Field(PROTECTIVE_DELTA_MAX_FACTOR, gt=0)
     k: int | None = Field(None, ge=1)
     group_size: int | None = Field(9, ge=1)
+    # "rs" (RASE's RS), "dsigma" (Meehan Alg. 1 alone). "buds" (iterative
+    # batch shuffling) is implemented in fog_shuffler.robust_shuffler but the
+    # window schema does not carry mechanism "buds" yet, so the fog refuses it.
+    shuffle_mode: Literal["rs", "dsigma", "buds"] = "rs"
+    buds_batch_size: int = Field(32, ge=2)
 
     @model_validator(mode="after")
     def _valid(self) -> "ShufflerConfig":
+        if self.shuffle_mode == "buds":
+            raise ValueError("shuffle_mode 'buds' is not served by the fog yet (the window message has no "
+                             "'buds' mechanism); use fog_shuffler.robust_shuffler.shuffle_window directly")
         self.params()
         return self
 
     def params(self) -> ShuffleParams:
         return ShuffleParams(alpha=self.alpha, delta_min_factor=self.delta_min_factor,
                              delta_max_factor=self.delta_max_factor, k=self.k,
-                             group_size=None if self.k is not None else self.group_size)
+                             group_size=None if self.k is not None else self.group_size,
+                             mode=self.shuffle_mode, buds_batch_size=self.buds_batch_size)
 
 
 class FogConfig(TomlSettings):
@@ -91,6 +106,9 @@ class FogConfig(TomlSettings):
     tick_s: float = Field(0.05, gt=0)
     broker: BrokerConfig = BrokerConfig()
     shuffler: ShufflerConfig = ShufflerConfig()
+    privacy_delta: float = Field(1e-6, gt=0, lt=0.01)   # delta of the per-window amplification statement
+    sink: Literal["mqtt", "kafka"] = "mqtt"   # where windows go: rase/v1/windows/{region} or Kafka
+    kafka: KafkaConfig = KafkaConfig()
 
     @field_validator("regions")
     @classmethod

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rase.sqlite import open_wal
+from rase_common.sqlite import open_wal
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS reports (region TEXT, t INTEGER, device TEXT, y REAL, eps REAL, seq INTEGER,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from fog_shuffler.ingest import REASONS
 
@@ -23,7 +23,14 @@ class FogMetrics:
                                      buckets=(10, 30, 100, 300, 1000, 3000, 10_000, 100_000, 1_000_000))
         self.shuffle_seconds = Histogram("rase_fog_shuffle_seconds", "Time to run RS on one window", registry=r,
                                          buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10))
-        for reason in REASONS:
+        self.storage_ok = Gauge("rase_fog_storage_ok", "1 while the journal can be written; 0 while reports are "
+                                "held unacknowledged and writes are retried", registry=r)
+        self.storage_ok.set(1)
+        self.config_drift = Gauge("rase_fog_config_drift", "1 where the fog's own config disagrees with the "
+                                  "control message it follows, by field", ["field"], registry=r)
+        for field in ("period_s", "epoch0", "eps_levels", "x_min", "x_max"):
+            self.config_drift.labels(field).set(0)
+        for reason in REASONS + ("internal", "control_invalid"):
             self.rejected.labels(reason)
         for mech in ("mallows", "uniform"):
             self.forwarded.labels(mech)

@@ -9,25 +9,31 @@ journal's outbox, and forwarded through the sink.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import queue
+import sqlite3
 import time
 from collections import Counter
 
 import paho.mqtt.client as mqtt
 
+from edge_agent import wire
+from fog_shuffler.amplification import conservative_n, window_guarantee
 from fog_shuffler.config import FogConfig
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
+from fog_shuffler.protocol import Protocol, ProtocolFollower
 from fog_shuffler.journal import Journal
 from fog_shuffler.metrics import FogMetrics
 from fog_shuffler.randomness import window_rng
-from fog_shuffler.robust_shuffler import robust_shuffle
-from fog_shuffler.schema import WindowCounts, WindowMessage
-from fog_shuffler.sinks import MqttWindowSink, SinkError, WindowSink
+from fog_shuffler.robust_shuffler import shuffle_window
+from fog_shuffler.schema import LevelBatch, WindowCounts, WindowMessage
+from fog_shuffler.sinks import KafkaWindowSink, MqttWindowSink, SinkError, WindowSink
 from fog_shuffler.windows import ClosedWindow, WindowManager
-from rase.clock import ScaledClock, WallClock
-from rase.loop import wait_or_stop
-from rase.mqtt import connect_in_background, paho_client
+from rase_common.clock import ScaledClock, WallClock
+from rase_common.loop import Wakeup, seconds_to_next_period, wait_or_stop
+from rase_common.quarantine import Quarantine
+from rase_common.mqtt import connect_in_background, paho_client
 
 log = logging.getLogger(__name__)
 BATCH = 5000
@@ -46,13 +52,23 @@ class FogService:
                                  eps_levels=tuple(cfg.eps_levels), x_min=cfg.x_min, x_max=cfg.x_max,
                                  lateness_periods=cfg.lateness_periods)
         self.windows = WindowManager(registered=registered, k_min=cfg.k_min, lateness_periods=cfg.lateness_periods)
+        # The retained control message owns the protocol parameters; the fog follows it.
+        self.protocol = ProtocolFollower(Protocol(cfg.period_s, cfg.epoch0, tuple(cfg.eps_levels), cfg.x_min,
+                                                  cfg.x_max), grace_periods=cfg.lateness_periods + 2)
+        self.controls: queue.SimpleQueue = queue.SimpleQueue()
         self.params = cfg.shuffler.params()
         self.journal = Journal(cfg.journal_path)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.wakeup = Wakeup()            # set by paho's thread when a report arrives: no polling tick
         self.client = paho_client(cfg.broker, f"fog-{cfg.name}", clean_session=False, manual_ack=True)
         self.client.on_connect = self._on_connect
-        self.client.on_message = lambda c, u, msg: self.inbox.put(msg)
-        self.sink = sink or MqttWindowSink(self.client)
+        self.client.on_message = self._on_message
+        self.sink = sink or (KafkaWindowSink(cfg.kafka) if cfg.sink == "kafka" else MqttWindowSink(self.client))
+        self.quarantine = Quarantine(self.journal.db, self.metrics.rejected, log)
+        self._held: list[mqtt.MQTTMessage] = []   # taken, not journaled (storage failing)
+        self._rebuild = False
+        self._storage_retry_at: float | None = None
+        self._storage_backoff_s = 1.0
         self.rejected_since: Counter[str] = Counter()
         self.late_reported: Counter[str] = Counter()
         self.suppressed_since: Counter[str] = Counter()
@@ -75,22 +91,82 @@ class FogService:
             log.info("fog restored %d open reports in %d windows; %d windows already closed",
                      n, len(self.windows.open), len(self.windows.closed))
 
+    def _on_message(self, client, userdata, msg):  # noqa: ANN001
+        (self.controls if msg.topic == wire.CONTROL_TOPIC else self.inbox).put(msg)
+        self.wakeup.set()
+
     def _on_connect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
         if reason_code.is_failure:
             log.error("fog connect refused: %s", reason_code)
             return
-        client.subscribe([(f"rase/v1/reports/{r}/+", 1) for r in self.cfg.regions])
+        client.subscribe([(f"rase/v1/reports/{r}/+", 1) for r in self.cfg.regions] + [(wire.CONTROL_TOPIC, 1)])
         self.connected = True
+        self.wakeup.set()  # windows held while offline can go now
         log.info("fog connected to %s:%d (session present: %s)", self.cfg.broker.host, self.cfg.broker.port,
                  flags.session_present)
 
     def now_t(self) -> int:
-        return int((self.clock.now() - self.cfg.epoch0) // self.cfg.period_s)
+        return self.protocol.current.t_of(self.clock.now())
+
+    # -- the control message --------------------------------------------------
+    def process_controls(self) -> None:
+        """Follow the retained control message, validated with the devices' own parser."""
+        while True:
+            try:
+                msg = self.controls.get_nowait()
+            except queue.Empty:
+                return
+            if msg.payload:          # an empty retained payload only clears the topic
+                try:
+                    new = Protocol.from_control(wire.parse_control(msg.payload), self.protocol.current)
+                except ValueError as err:
+                    self.quarantine.put(msg.topic, "control_invalid", str(err), msg.payload)
+                else:
+                    self._follow(new)
+            if msg.qos > 0:
+                self.client.ack(msg.mid, msg.qos)
+
+    def _follow(self, new: Protocol) -> None:
+        now_t = self.now_t()
+        changed = self.protocol.apply(new, now_t)
+        if not changed:
+            return
+        cur = self.protocol.current
+        self.rules = dataclasses.replace(self.rules, eps_levels=cur.eps_levels, x_min=cur.x_min, x_max=cur.x_max)
+        log.info("fog follows the control message from t=%d: %s", now_t,
+                 ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
+        drift = self.protocol.drift()
+        for field in ("period_s", "epoch0", "eps_levels", "x_min", "x_max"):
+            self.metrics.config_drift.labels(field).set(1 if field in drift else 0)
+        if drift:
+            log.warning("the fog's config disagrees with the control message (%s); following the control "
+                        "message: update the fog's config", ", ".join(f"{k}: config {a}, control {b}"
+                                                                       for k, (a, b) in drift.items()))
+
+    def _validate(self, msg, now_t: int) -> Accepted:
+        """A report is good if the current parameters accept it, or, just after
+        a change, the previous ones."""
+        try:
+            return validate(msg.topic, msg.payload, now_t, self.rules)
+        except Rejected as err:
+            if err.reason not in ("eps_not_on_menu", "implausible_y"):
+                raise
+            first = err
+        for old in self.protocol.candidates(now_t)[1:]:
+            try:
+                return validate(msg.topic, msg.payload, now_t, dataclasses.replace(
+                    self.rules, eps_levels=old.eps_levels, x_min=old.x_min, x_max=old.x_max))
+            except Rejected:
+                pass
+        raise first
 
     # -- ingest -------------------------------------------------------------
     def process_inbox(self) -> int:
-        """Validate and journal what arrived; ack only after the commit."""
-        msgs: list[mqtt.MQTTMessage] = []
+        """Validate and journal what arrived; ack only after the commit.
+        Counters and quarantine rows follow the commit, so a batch retried
+        after a storage failure is counted once."""
+        msgs: list[mqtt.MQTTMessage] = self._held
+        self._held = []
         while len(msgs) < BATCH:
             try:
                 msgs.append(self.inbox.get_nowait())
@@ -98,46 +174,91 @@ class FogService:
                 break
         if not msgs:
             return 0
+        if self._rebuild:
+            self._rebuild_from_journal()
         now_t = self.now_t()
-        rows, dups = [], []
+        rows, dups, after = [], [], []
         for msg in msgs:
             try:
-                rep = validate(msg.topic, msg.payload, now_t, self.rules)
+                rep = self._validate(msg, now_t)
+                outcome = self.windows.add(rep)
             except Rejected as err:
-                self.metrics.rejected.labels(err.reason).inc()
+                after.append(("rejected", err.reason, str(err), msg))
+                continue
+            except Exception as err:  # noqa: BLE001 - a bug one report triggers must not stop the fog
+                log.exception("report on %s could not be processed; quarantined", msg.topic)
+                after.append(("rejected", "internal", repr(err), msg))
+                continue
+            if outcome == "accepted":
+                rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0))
+            elif outcome == "duplicate":
+                dups.append((rep.region, rep.t))
+            after.append((outcome, None, None, msg))
+        try:
+            self.journal.add_reports(rows, dups)
+        except sqlite3.Error:
+            self._held = msgs        # not acknowledged: retried, or redelivered by the broker after a restart
+            self._rebuild = True     # the in-memory windows took reports the journal did not
+            raise
+        for kind, reason, detail, msg in after:
+            if kind == "rejected":
+                self.quarantine.put(msg.topic, reason, detail, msg.payload)   # counts it by reason too
                 parts = msg.topic.split("/")
                 if len(parts) == 5 and parts[3] in self.cfg.regions:
                     self.rejected_since[parts[3]] += 1
-                log.debug("rejected %s: %s", msg.topic, err)
-                continue
-            outcome = self.windows.add(rep)
-            if outcome == "accepted":
-                rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0))
+            elif kind == "accepted":
                 self.metrics.accepted.inc()
-            elif outcome == "duplicate":
-                dups.append((rep.region, rep.t))
+            elif kind == "duplicate":
                 self.metrics.duplicates.inc()
             else:
                 self.metrics.late.inc()
-        self.journal.add_reports(rows, dups)
         for msg in msgs:
             if msg.qos > 0:
                 self.client.ack(msg.mid, msg.qos)
         return len(msgs)
 
+    def _rebuild_from_journal(self) -> None:
+        """After a storage failure: the windows as the journal has them."""
+        self.windows = WindowManager(registered=self.windows.registered, k_min=self.cfg.k_min,
+                                     lateness_periods=self.cfg.lateness_periods)
+        self._restore()
+        self._rebuild = False
+
+    def _storage_failed(self, err: Exception) -> None:
+        if self._storage_retry_at is None:
+            log.error("fog journal cannot be written (%s): holding reports unacknowledged and retrying", err)
+        self.metrics.storage_ok.set(0)
+        self._rebuild = True
+        self._storage_retry_at = time.monotonic() + self._storage_backoff_s
+        self._storage_backoff_s = min(30.0, self._storage_backoff_s * 2)
+
+    def _storage_recovered(self) -> None:
+        if self._storage_retry_at is not None:
+            log.warning("fog journal writable again: resuming")
+            self._storage_retry_at = None
+            self._storage_backoff_s = 1.0
+            self.metrics.storage_ok.set(1)
+
     # -- closing and forwarding ----------------------------------------------
     def build_message(self, cw: ClosedWindow) -> tuple[WindowMessage, float]:
+        """Shuffle each eps level of a closed window on its own (see schema)."""
         t0 = time.perf_counter()
-        res = robust_shuffle(cw.devices, self.graphs[cw.region], self.params, window_rng())
+        batches = []
+        for level in sorted(set(cw.eps)):
+            idx = [i for i, e in enumerate(cw.eps) if e == level]
+            res = shuffle_window([cw.devices[i] for i in idx], self.graphs[cw.region], self.params, window_rng())
+            guarantee = window_guarantee(res.mechanism, eps0=level, n=conservative_n(len(idx)),
+                                         delta=self.cfg.privacy_delta, alpha=self.params.alpha, theta=res.theta)
+            batches.append(LevelBatch(eps=level, values=[cw.values[idx[j]] for j in res.order],
+                                      mechanism=res.mechanism, theta=res.theta, delta_k=res.delta_k,
+                                      omega=res.omega, k=res.k, groups=res.groups, guarantee=guarantee))
         elapsed = time.perf_counter() - t0
         counts = WindowCounts(duplicates=cw.duplicates, eps_level_dropped=cw.eps_level_dropped,
                               late=self.windows.late[cw.region] - self.late_reported[cw.region],
                               rejected=self.rejected_since[cw.region],
                               suppressed_windows=self.suppressed_since[cw.region])
-        msg = WindowMessage(region=cw.region, t=cw.t, n=len(cw.values),
-                            values=[cw.values[i] for i in res.order], eps=[cw.eps[i] for i in res.order],
-                            mechanism=res.mechanism, alpha=self.params.alpha, theta=res.theta,
-                            delta_k=res.delta_k, omega=res.omega, k=res.k, groups=res.groups, counts=counts)
+        msg = WindowMessage(region=cw.region, t=cw.t, n=len(cw.values), alpha=self.params.alpha,
+                            batches=batches, counts=counts)
         return msg, elapsed
 
     async def close_due(self) -> int:
@@ -162,7 +283,9 @@ class FogService:
             self.suppressed_since[region] = 0
             self.metrics.shuffle_seconds.observe(elapsed)
             self.metrics.window_size.observe(msg.n)
-            self.metrics.forwarded.labels(msg.mechanism).inc()
+            # "mallows" when every level got the d_sigma shuffle, else "uniform".
+            self.metrics.forwarded.labels("mallows" if all(b.mechanism == "mallows" for b in msg.batches)
+                                          else "uniform").inc()
             closed += 1
         t_min = self.now_t() - self.cfg.lateness_periods - 2
         self.windows.forget_before(t_min)
@@ -174,7 +297,7 @@ class FogService:
 
     async def forward_outbox(self) -> int:
         sent = 0
-        if not self.connected or not self.client.is_connected():
+        if self.cfg.sink == "mqtt" and not (self.connected and self.client.is_connected()):
             return 0
         for region, t, payload in self.journal.unsent():
             try:
@@ -194,14 +317,30 @@ class FogService:
         connect_in_background(self.client, self.cfg.broker)
         log.info("fog %s started: regions %s, k_min %d, period %.3g s", self.cfg.name,
                  sorted(self.cfg.regions), self.cfg.k_min, self.cfg.period_s)
+        self.wakeup.bind()
         try:
             while not stop.is_set():
-                while self.process_inbox():
-                    pass
-                await self.close_due()
-                await self.forward_outbox()
-                await wait_or_stop(stop, self.cfg.tick_s)
+                if self._storage_retry_at is not None and time.monotonic() < self._storage_retry_at:
+                    await wait_or_stop(stop, self._storage_retry_at - time.monotonic())
+                    continue
+                try:
+                    self.process_controls()
+                    # One batch at a time, so a flood of reports cannot starve closing.
+                    took = self.process_inbox()
+                    await self.close_due()
+                    await self.forward_outbox()
+                    self._storage_recovered()
+                except sqlite3.Error as err:   # disk full, read-only, I/O error: a state, not a crash
+                    self._storage_failed(err)
+                    continue
+                if took < BATCH and self.inbox.empty() and not self._held:
+                    # Idle: wake on the next report or the next period boundary (windows come due).
+                    cur = self.protocol.current
+                    await self.wakeup.wait(stop, seconds_to_next_period(self.clock, cur.epoch0, cur.period_s,
+                                                                        self.cfg.tick_s))
         finally:
+            if hasattr(self.sink, "stop"):
+                await self.sink.stop()
             self.client.disconnect()
             self.client.loop_stop()
             self.journal.close()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from edge_agent import wire
 from fusion_center.schema import PrecisionControl
-from rase.mqtt import BrokerConfig
-from rase.settings import TomlSettings
+from rase_common.kafka import KafkaConfig
+from rase_common.mqtt import BrokerConfig
+from rase_common.settings import TomlSettings
 
 
 class FusionConfig(TomlSettings):
@@ -30,6 +32,8 @@ class FusionConfig(TomlSettings):
     speedup: float = Field(1.0, gt=0)
     precision: PrecisionControl = PrecisionControl()
     broker: BrokerConfig = BrokerConfig()
+    source: Literal["mqtt", "kafka"] = "mqtt"   # where windows come from
+    kafka: KafkaConfig = KafkaConfig()
 
     @field_validator("regions")
     @classmethod

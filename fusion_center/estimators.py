@@ -2,6 +2,14 @@
 (SPEC 2.3). Pure and vectorised (numpy/scipy).
 
 Every estimate carries n and a confidence interval at `level`:
+- mean, the primary estimate: unbiased for the mean of the clipped readings
+  whatever eps, clamped or not. BR's clamping is public and its discrete
+  Laplace tail is memoryless: with q = exp(-gamma / lambda) the agent used,
+  a report clamped at the top stands for x_min + gamma (K + q / (1 - q)) and
+  one at the bottom for x_min - gamma q / (1 - q) in expectation; the mean of
+  the corrected reports is unbiased, its normal interval from their variance.
+- bs: the bootstrap of that unbiased mean (percentile interval), resampling
+  counts over the distinct values (multinomial) instead of indices.
 - SE, sample mean: normal interval mean +- z s / sqrt(n).
 - MLE, weighted median with weights 1/lambda_i (argmin sum |z_i - mu| / lambda_i;
   the plain median when all lambda_i are equal, paper eq. 14): a
@@ -123,6 +131,99 @@ def bootstrap(z, b: int = 1000, level: float = 0.95, rng: np.random.Generator | 
             means = np.concatenate(list(ex.map(lambda args: _resample_means(a, *args), zip(sizes, children))))
     else:
         means = _resample_means(a, b, rng)
+    lo, hi = np.quantile(means, [0.5 - level / 2, 0.5 + level / 2])
+    return Estimate(float(means.mean()), float(lo), float(hi), a.size)
+
+
+def br_noise_q(cal, eps: float) -> float:
+    """q of the discrete Laplace the agent actually uses at eps under `cal`
+    (its rounding of eps and of the scale included): P(Z = z) ~ q^|z| in grid steps."""
+    from edge_agent.randomizer import BudgetRandomizer
+
+    d = BudgetRandomizer(cal, bits=_NO_BITS).noise(eps)
+    return math.exp(-d.s / d.t)
+
+
+class _NoBits:
+    """Stands in for a bit source where only the noise parameters are read."""
+
+    def __getattr__(self, name):
+        raise RuntimeError("no randomness is drawn here")
+
+
+_NO_BITS = _NoBits()
+
+
+def br_corrected(z, eps_per_value, cal) -> np.ndarray:
+    """Each BR report replaced by its conditional expectation where it was
+    clamped (levels with eps < eps_star); unbiased for the quantized reading."""
+    a = _as_array(z).copy()
+    e = np.asarray(eps_per_value, dtype=np.float64)
+    if e.shape != a.shape:
+        raise ValueError("one eps per report is needed")
+    m = np.rint((a - cal.x_min) / cal.gamma)       # grid index of each report
+    # A clamped top report is sent as min(x_min + K gamma, x_max), which is off
+    # the grid when gamma does not divide the range.
+    top = (m >= cal.grid_max) | (a >= cal.x_max - 1e-9 * max(1.0, abs(cal.x_max)))
+    bottom = m <= 0
+    for level in np.unique(e):
+        if level >= cal.eps_star:
+            continue                               # this level was not clamped: its reports are unbiased
+        q = br_noise_q(cal, float(level))
+        tail = q / (1.0 - q)
+        sel = e == level
+        a[sel & top] = cal.x_min + cal.gamma * (cal.grid_max + tail)
+        a[sel & bottom] = cal.x_min - cal.gamma * tail
+    return a
+
+
+def br_mean_variance(corrected: np.ndarray, eps_per_value, cal) -> float:
+    """Variance of the mean of the corrected reports. For levels that were
+    not clamped the noise variance is known exactly (discrete Laplace:
+    2 q / (1 - q)^2 grid steps squared per report) and the readings are fixed,
+    so that is all of it; for clamped levels the corrected reports' sample
+    variance (dominated by the noise) stands in."""
+    e = np.asarray(eps_per_value, dtype=np.float64)
+    n = corrected.size
+    total = 0.0
+    for level in np.unique(e):
+        sel = corrected[e == level]
+        if level >= cal.eps_star:
+            q = br_noise_q(cal, float(level))
+            total += sel.size * cal.gamma ** 2 * 2 * q / (1 - q) ** 2
+        elif sel.size > 1:
+            total += sel.size * float(sel.var(ddof=1))
+        else:
+            return math.inf
+    return total / n ** 2
+
+
+def unbiased_mean(z, eps_per_value, cal, level: float = 0.95) -> Estimate:
+    """`mean`: unbiased for the mean of the clipped (quantized) readings, with
+    a normal interval from its own variance (br_mean_variance)."""
+    c = br_corrected(z, eps_per_value, cal)
+    m = float(c.mean())
+    half = _z(level) * math.sqrt(br_mean_variance(c, eps_per_value, cal))
+    return Estimate(m, m - half, m + half, c.size)
+
+
+MAX_DISTINCT_FOR_COUNTS = 20_000
+
+
+def bootstrap_counts(z, b: int = 1000, level: float = 0.95, rng: np.random.Generator | None = None) -> Estimate:
+    """Bootstrap of the mean by multinomial counts over the distinct values:
+    the same distribution as resampling indices, in O(B x distinct) instead
+    of O(B x n). Falls back to index resampling when distinct values are more
+    than a quarter of the reports."""
+    a = _as_array(z)
+    if b < 2:
+        raise ValueError(f"bootstrap needs B >= 2 resamples, got {b}")
+    rng = rng if rng is not None else np.random.default_rng()
+    u, c = np.unique(a, return_counts=True)
+    if u.size > MAX_DISTINCT_FOR_COUNTS or 4 * u.size > a.size:
+        return bootstrap(a, b, level, rng=rng)   # mostly distinct values: indices are cheaper
+    counts = rng.multinomial(a.size, c / a.size, size=b)
+    means = counts @ u / a.size
     lo, hi = np.quantile(means, [0.5 - level / 2, 0.5 + level / 2])
     return Estimate(float(means.mean()), float(lo), float(hi), a.size)
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from fog_shuffler.schema import WindowMessage
-from fusion_center.estimators import Estimate, bootstrap, mle, sample_mean, windowed
+from fusion_center.estimators import (Estimate, bootstrap_counts, br_corrected, mle, sample_mean, unbiased_mean,
+                                      windowed)
 from fusion_center.schema import Aggregate, EstimateOut, PrecisionControl, WindowedOut
 
-ESTIMATORS = ("se", "mle", "bs")
+ESTIMATORS = ("mean", "bs", "se", "mle")
 
 
 class TimestampMerger:
@@ -50,12 +51,19 @@ def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl,
     of earlier timestamps (for windowed averages); the new ones are returned
     alongside so the caller can extend it."""
     z = np.concatenate([np.asarray(w.values, dtype=np.float64) for w in windows])
-    eps = np.concatenate([np.asarray(w.eps, dtype=np.float64) for w in windows])
+    eps = np.concatenate([np.asarray(w.eps_per_value(), dtype=np.float64) for w in windows])
     cal = precision.calibration()
     lam = cal.delta / eps
-    est = {"se": sample_mean(z, level), "mle": mle(z, lam, level),
-           "bs": bootstrap(z, bootstrap_b, level, rng=rng)}
-    clamped = bool(np.any(eps < cal.eps_star))
+    if precision.mechanism == "br":
+        # BR clamps below eps_star: each clamped report is replaced by its exact conditional expectation.
+        corrected = br_corrected(z, eps, cal)
+        mean = unbiased_mean(z, eps, cal, level)
+        clamped = bool(np.any(eps < cal.eps_star))
+    else:
+        # Duchi, Piecewise and Hybrid reports are each unbiased for the clipped reading already.
+        corrected, mean, clamped = z, sample_mean(z, level), False
+    est = {"mean": mean, "bs": bootstrap_counts(corrected, bootstrap_b, level, rng=rng),
+           "se": sample_mean(z, level), "mle": mle(z, lam, level)}
     at_bound = float(np.mean((z == cal.x_min) | (z == cal.x_max)))
     win: dict[str, dict[str, WindowedOut]] = {}
     hist = history or {}
@@ -67,7 +75,9 @@ def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl,
             per[name] = WindowedOut(**windowed(series, t, w, level))
         win[str(w)] = per
     regions = sorted(w.region for w in windows)
+    privacy = [{"region": w.region, "eps0": b.eps, "reports": len(b.values), **(b.guarantee or {})}
+               for w in windows for b in w.batches]
     agg = Aggregate(t=t, n=int(z.size), regions=regions, complete=known_regions <= set(regions), level=level,
                     estimates={k: EstimateOut(value=e.value, ci=(e.lo, e.hi), n=e.n) for k, e in est.items()},
-                    clamped=clamped, share_at_bound=at_bound, windowed=win)
+                    clamped=clamped, share_at_bound=at_bound, windowed=win, privacy=privacy)
     return agg, est

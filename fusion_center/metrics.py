@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 
 class FusionMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         r = self.registry = registry or CollectorRegistry()
         self.consumed = Counter("rase_fusion_windows_consumed", "Valid windows stored", registry=r)
-        self.rejected = Counter("rase_fusion_windows_rejected", "Windows that failed validation", registry=r)
+        self.rejected = Counter("rase_fusion_windows_rejected", "Windows that failed validation, by reason "
+                                "(quarantined and acknowledged)", ["reason"], registry=r)
+        for reason in ("not_json", "schema", "internal"):
+            self.rejected.labels(reason)
+        self.storage_ok = Gauge("rase_fusion_storage_ok", "1 while the store can be written; 0 while input is "
+                                "held unacknowledged and writes are retried", registry=r)
+        self.storage_ok.set(1)
         self.duplicates = Counter("rase_fusion_windows_duplicate", "Windows received again", registry=r)
         self.late = Counter("rase_fusion_windows_late", "Windows for a timestamp already closed", registry=r)
+        self.estimate = Gauge("rase_fusion_estimate", "Newest aggregate: each estimator's value and interval "
+                              "bounds (bound = value, lo, hi)", ["estimator", "bound"], registry=r)
         self.closed = Counter("rase_fusion_timestamps_closed", "Timestamps estimated and stored", registry=r)
         self.incomplete = Counter("rase_fusion_timestamps_incomplete",
                                   "Timestamps closed by the deadline without every region", registry=r)
@@ -22,3 +30,9 @@ class FusionMetrics:
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         start_http_server(port, addr=host, registry=self.registry)
+
+    def show_estimates(self, estimates: dict) -> None:
+        """The newest aggregate's estimates, for dashboards."""
+        for name, e in estimates.items():
+            for bound, v in (("value", e.value), ("lo", e.lo), ("hi", e.hi)):
+                self.estimate.labels(name, bound).set(v)

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
 from edge_agent.randomizer import Calibration
 
 CONTROL_TOPIC = "rase/v1/control/precision"
@@ -29,10 +30,14 @@ class PrecisionControl(BaseModel):
     period_s: float = Field(8.0, gt=0)
     epoch0: float = 0.0
     eps_levels: list[float] = [1.0]
+    # The device mechanism of the whole deployment (edge_agent.mechanisms):
+    # "br" = the paper's BR (default), "duchi", "piecewise", "hybrid".
+    mechanism: str = DEFAULT_MECHANISM
 
     @model_validator(mode="after")
     def _valid(self) -> "PrecisionControl":
         self.calibration()  # the device's own rules, so both sides agree
+        check_mechanism(self.mechanism)
         if not self.eps_levels or any(not (e > 0) for e in self.eps_levels):
             raise ValueError("eps_levels must be a non-empty list of numbers > 0")
         return self
@@ -56,6 +61,16 @@ class WindowedOut(BaseModel):
     ci: tuple[float, float] | None
 
 
+ESTIMATE_MEANING = {
+    "mean": "unbiased for the mean reading (clipped to [x_min, x_max]) whatever eps, clamped or not; "
+            "normal interval from its own variance. Use this one.",
+    "bs": "bootstrap of the same unbiased mean; percentile interval",
+    "se": "the paper's sample mean of the reports: the mean of the CLAMPED reports, biased when clamped",
+    "mle": "the paper's weighted median (eq. 14) of the noisy reports: near the readings' median, not their mean",
+}
+EstimatorName = Literal["mean", "bs", "se", "mle"]
+
+
 class Aggregate(BaseModel):
     """One timestamp's estimates over all regions: rase/v1/aggregates/t/{t},
     and the newest one retained on rase/v1/aggregates/latest."""
@@ -67,7 +82,11 @@ class Aggregate(BaseModel):
     regions: list[str]
     complete: bool                       # every known region contributed
     level: float                         # confidence level of the intervals
-    estimates: dict[Literal["se", "mle", "bs"], EstimateOut]
-    clamped: bool                        # some reports came from the clamp branch: SE is biased
+    estimates: dict[EstimatorName, EstimateOut]
+    what: dict[EstimatorName, str] = ESTIMATE_MEANING   # what each estimate estimates
+    clamped: bool                        # some reports came from the clamp branch: SE is biased, mean is not
     share_at_bound: float                # share of reports exactly at x_min or x_max
-    windowed: dict[str, dict[Literal["se", "mle", "bs"], WindowedOut]] = {}
+    windowed: dict[str, dict[EstimatorName, WindowedOut]] = {}
+    # Per region and eps level: what the fog's shuffle adds (central eps after a
+    # uniform shuffle, or d_sigma for a Mallows order), as the fog stated it.
+    privacy: list[dict] = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from pathlib import Path
 
@@ -24,12 +25,13 @@ from fusion_center.estimators import Estimate
 from fusion_center.merge import ESTIMATORS, TimestampMerger, aggregate
 from fusion_center.metrics import FusionMetrics
 from fusion_center.schema import AGGREGATE_LATEST_TOPIC, CONTROL_TOPIC, PrecisionControl, aggregate_topic
-from fusion_center.sources import MqttWindowSource, WindowSource
+from fusion_center.sources import KafkaWindowSource, MqttWindowSource, WindowSource
 from fusion_center.store import AggregateStore
-from rase.clock import ScaledClock, WallClock
-from rase.loop import wait_or_stop
-from rase.mqtt import connect_in_background, paho_client
-from rase.settings import ConfigError
+from rase_common.quarantine import Quarantine
+from rase_common.clock import ScaledClock, WallClock
+from rase_common.loop import Wakeup
+from rase_common.mqtt import connect_in_background, paho_client
+from rase_common.settings import ConfigError
 
 log = logging.getLogger(__name__)
 LARGE = 20_000  # estimate in a worker thread above this many reports
@@ -48,8 +50,15 @@ class FusionService:
         self.merger = TimestampMerger(set(cfg.regions), cfg.merge_deadline_s)
         self.client = paho_client(cfg.broker, f"fusion-{cfg.name}", clean_session=False, manual_ack=True)
         self.client.on_connect = self._on_connect
-        self.source = source or MqttWindowSource(self.client)
+        self.wakeup = Wakeup()            # set when a window or a PUBACK arrives: no polling tick
+        self.client.on_publish = lambda *a: self.wakeup.set()
+        self.source = source or (KafkaWindowSource(cfg.kafka, self.wakeup) if cfg.source == "kafka"
+                                 else MqttWindowSource(self.client, wakeup=self.wakeup))
         self.history: dict[str, dict[int, Estimate]] = {name: {} for name in ESTIMATORS}
+        self.quarantine = Quarantine(self.store.db, self.metrics.rejected, log)
+        self._held: list = []             # taken from the source, not yet stored (storage failing)
+        self._storage_retry_at: float | None = None
+        self._storage_backoff_s = 1.0
         self.connected = False
         self._control_sent: PrecisionControl | None = None
         self._inflight: dict[tuple[str, int], list[mqtt.MQTTMessageInfo]] = {}
@@ -63,8 +72,9 @@ class FusionService:
         wmax = max(self.cfg.windows_w, default=0)
         for row in self.store.latest("all", wmax) if wmax else []:
             for name in ESTIMATORS:
-                e = row["estimates"][name]
-                self.history[name][row["t"]] = Estimate(e["value"], e["ci"][0], e["ci"][1], e["n"])
+                e = row["estimates"].get(name)   # rows stored before an estimator existed lack it
+                if e is not None:
+                    self.history[name][row["t"]] = Estimate(e["value"], e["ci"][0], e["ci"][1], e["n"])
         if n:
             log.info("fusion restored %d stored windows of %d timestamps", n, len(self.merger.pending))
 
@@ -74,6 +84,7 @@ class FusionService:
             return
         self.connected = True
         self._control_sent = None  # (re)publish the retained precision after every connect
+        self.wakeup.set()
         log.info("fusion connected to %s:%d", self.cfg.broker.host, self.cfg.broker.port)
 
     # -- precision broadcast ---------------------------------------------------
@@ -104,28 +115,59 @@ class FusionService:
             log.info("precision changed in %s", self.config_path)
 
     # -- windows -----------------------------------------------------------------
-    def process_incoming(self) -> int:
-        got = self.source.poll(5000)
+    async def process_incoming(self) -> int:
+        """Validate and store what arrived; acknowledge only what is stored
+        or quarantined. While the store cannot be written nothing is taken or
+        acknowledged (the broker keeps it) and the write is retried."""
+        if self._storage_retry_at is not None and time.monotonic() < self._storage_retry_at:
+            return 0
+        got = self._held or await self.source.poll(5000)
+        self._held = []
         now = self.clock.now()
-        for r in got:
+        for i, r in enumerate(got):
             try:
-                w = WindowMessage.model_validate_json(r.payload)
-            except ValidationError as err:
-                self.metrics.rejected.inc()
-                log.warning("rejected window: %s", str(err).splitlines()[0])
+                self._take(r, now)
+            except sqlite3.Error as err:
+                self._held = got[i:]
+                self._storage_failed(err)
+                return i
+            except Exception as err:  # noqa: BLE001 - a bug this input triggers must not stop the service
+                log.exception("window could not be processed; quarantined")
+                self.quarantine.put("windows", "internal", repr(err), r.payload, now)
                 r.ack()
-                continue
-            if self.store.has_aggregate("all", w.t):
-                self.metrics.late.inc()
-                r.ack()
-                continue
-            if self.store.add_window(w.region, w.t, w.model_dump_json(), now):
-                self.merger.add(w, now)
-                self.metrics.consumed.inc()
-            else:
-                self.metrics.duplicates.inc()
-            r.ack()
+        self._storage_recovered()
         return len(got)
+
+    def _take(self, r, now: float) -> None:
+        try:
+            w = WindowMessage.model_validate_json(r.payload)
+        except ValidationError as err:
+            reason = "not_json" if any(e["type"] == "json_invalid" for e in err.errors()) else "schema"
+            self.quarantine.put("windows", reason, str(err).replace("\n", " ")[:500], r.payload, now)
+            r.ack()
+            return
+        if self.store.has_aggregate("all", w.t):
+            self.metrics.late.inc()
+        elif self.store.add_window(w.region, w.t, w.model_dump_json(), now):
+            self.merger.add(w, now)
+            self.metrics.consumed.inc()
+        else:
+            self.metrics.duplicates.inc()
+        r.ack()
+
+    def _storage_failed(self, err: Exception) -> None:
+        if self._storage_retry_at is None:
+            log.error("fusion store cannot be written (%s): holding input unacknowledged and retrying", err)
+        self.metrics.storage_ok.set(0)
+        self._storage_retry_at = time.monotonic() + self._storage_backoff_s
+        self._storage_backoff_s = min(30.0, self._storage_backoff_s * 2)
+
+    def _storage_recovered(self) -> None:
+        if self._storage_retry_at is not None:
+            log.warning("fusion store writable again: resuming")
+        self._storage_retry_at = None
+        self._storage_backoff_s = 1.0
+        self.metrics.storage_ok.set(1)
 
     def _estimate(self, t: int, windows: list[WindowMessage]):
         t0 = time.perf_counter()
@@ -145,8 +187,15 @@ class FusionService:
             else:
                 agg, est, secs = self._estimate(t, windows)
             self.metrics.estimator_seconds.observe(secs)
-            if self.store.store_aggregate("all", t, agg.model_dump_json(), self.clock.now()):
+            try:
+                stored = self.store.store_aggregate("all", t, agg.model_dump_json(), self.clock.now())
+            except sqlite3.Error:
+                for w in windows:                  # they stay pending, and on disk, until it can be stored
+                    self.merger.add(w, first)
+                raise
+            if stored:
                 self.metrics.closed.inc()
+                self.metrics.show_estimates(est)
                 if not agg.complete:
                     self.metrics.incomplete.inc()
                 for name in ESTIMATORS:
@@ -176,26 +225,45 @@ class FusionService:
             self._inflight[(scope, t)] = infos
         return len(done)
 
+    def _idle_s(self) -> float:
+        """How long the loop may sleep with nothing to do: until the next merge
+        deadline, and at most tick_s (the config file is watched that often)."""
+        wait = self.cfg.tick_s
+        if self.merger.first_seen:
+            speedup = getattr(self.clock, "speedup", 1.0)
+            left = min(self.merger.first_seen.values()) + self.cfg.merge_deadline_s - self.clock.now()
+            if speedup != float("inf"):
+                wait = min(wait, max(0.0005, left / speedup))
+        return wait
+
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
         if self.cfg.metrics_port is not None:
             self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
         connect_in_background(self.client, self.cfg.broker)
-        self.source.start()
+        self.wakeup.bind()
+        await self.source.start()
         last_config_check = 0.0
         try:
             while not stop.is_set():
                 self.publish_precision()
-                while self.process_incoming():
-                    pass
-                await self.close_due()
-                self.publish_unpublished()
+                try:
+                    took = await self.process_incoming()
+                    await self.close_due()
+                    self.publish_unpublished()
+                except sqlite3.Error as err:   # disk full, read-only, I/O error: a state, not a crash
+                    self._storage_failed(err)
+                    took = 0
                 if time.monotonic() - last_config_check > 1.0:
                     self.check_config_change()
                     last_config_check = time.monotonic()
-                await wait_or_stop(stop, self.cfg.tick_s)
+                if not took:
+                    idle = self._idle_s()
+                    if self._storage_retry_at is not None:
+                        idle = max(0.0, self._storage_retry_at - time.monotonic())
+                    await self.wakeup.wait(stop, idle)
         finally:
-            self.source.stop()
+            await self.source.stop()
             self.client.disconnect()
             self.client.loop_stop()
             self.store.close()

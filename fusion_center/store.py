@@ -11,13 +11,16 @@ import json
 import sqlite3
 from pathlib import Path
 
-from rase.sqlite import open_wal
+from rase_common.sqlite import open_wal
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS windows (region TEXT, t INTEGER, payload TEXT, received REAL,
                                     PRIMARY KEY (region, t));
 CREATE TABLE IF NOT EXISTS aggregates (scope TEXT, t INTEGER, payload TEXT, published INTEGER DEFAULT 0,
                                        created REAL, PRIMARY KEY (scope, t));
+-- The publisher looks for unpublished rows on every turn of the loop: without
+-- this index that is a scan of every aggregate ever stored.
+CREATE INDEX IF NOT EXISTS aggregates_unpublished ON aggregates (published, t);
 """
 
 

@@ -1,1 +1,1 @@
-"""The `rase` command line and the configuration loader shared by its services."""
+"""The `rase` command line: one entry point on top of every RASE package."""

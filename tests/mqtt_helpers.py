@@ -13,7 +13,8 @@ class Recorder:
     """Subscribes to `topics` and keeps every message. clean_session=False and
     a fixed client id, so a persistent broker queues for it while it is away."""
 
-    def __init__(self, port: int, topics: list[str], client_id: str | None = None, persistent: bool = True):
+    def __init__(self, port: int, topics: list[str], client_id: str | None = None, persistent: bool = True,
+                 username: str | None = None, password: str | None = None):
         self.messages: list[mqtt.MQTTMessage] = []
         self.lock = threading.Lock()
         self.topics = topics
@@ -22,6 +23,8 @@ class Recorder:
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
         self.client.reconnect_delay_set(0.2, 1)
+        if username is not None:
+            self.client.username_pw_set(username, password)
         self.subscribed = threading.Event()
         self.client.on_subscribe = lambda *a: self.subscribed.set()
         self.client.connect("127.0.0.1", port, keepalive=10)

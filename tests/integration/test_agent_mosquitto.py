@@ -8,7 +8,7 @@ import pytest
 from edge_agent.config import AgentConfig
 from edge_agent.schema import Report, Status
 from edge_agent.service import AgentService
-from rase.clock import ScaledClock
+from rase_common.clock import ScaledClock
 from tests.mqtt_helpers import Recorder, ServiceThread, publish_retained
 
 pytestmark = pytest.mark.integration

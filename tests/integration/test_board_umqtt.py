@@ -16,7 +16,6 @@ import types
 import pytest
 
 from edge_agent import board
-from edge_agent.flash import fetch_umqtt_simple
 from tests.mqtt_helpers import Recorder
 
 pytestmark = pytest.mark.integration
@@ -62,14 +61,14 @@ class _StreamSocket:
 
 
 @pytest.fixture
-def umqtt_on_cpython_socket_shim(monkeypatch):
+def umqtt_on_cpython_socket_shim(monkeypatch, umqtt_simple_py):
     usocket = types.ModuleType("usocket")
     usocket.socket = _StreamSocket
     usocket.getaddrinfo = socket.getaddrinfo
     monkeypatch.setitem(sys.modules, "usocket", usocket)
     monkeypatch.setitem(sys.modules, "ustruct", struct)
     monkeypatch.setitem(sys.modules, "ubinascii", binascii)
-    src = fetch_umqtt_simple().read_text()
+    src = umqtt_simple_py.read_text()
     mod = types.ModuleType("umqtt.simple")
     exec(compile(src, "umqtt/simple.py", "exec"), mod.__dict__)
     return mod.MQTTClient
@@ -82,7 +81,7 @@ def test_board_loop_over_umqtt_with_socket_shim_survives_broker_restart(
     cfg = {"device": "b1", "region": "r1", "eps": 1.0, "budget_eps": 1e6, "budget_period_s": 86400,
            "period_s": 8, "epoch0": 0, "ledger_path": str(tmp_path / "ledger.json"), "outbox_capacity": 64,
            "calibration": {"beta": 0.5, "rho": 0.9, "x_min": 0.0, "x_max": 4000.0, "gamma": 1.0},
-           "broker": {"host": "127.0.0.1", "port": broker.port}}
+           "broker": {"host": "127.0.0.1", "port": broker.port}, "board": {"ntp": False}}
     clock = {"t": 1_700_000_000.0}
     step = {"n": 0}
 
@@ -100,8 +99,9 @@ def test_board_loop_over_umqtt_with_socket_shim_survives_broker_restart(
     def make():
         return MQTTClient("b1", "127.0.0.1", port=broker.port, keepalive=30)
 
-    core, transport = board.run(lambda: 1234.0, cfg, clock=lambda: clock["t"], sleep=sleep,
-                                make_client=make, max_steps=40)
+    loop = board.run(lambda: 1234.0, cfg, clock=lambda: clock["t"], sleep=sleep,
+                     make_client=make, max_steps=40)
+    core, transport = loop.core, loop.transport
     assert core.seq == 40
     assert transport.disconnects >= 1
     # Backoff may leave the last few queued; drain them.
@@ -113,3 +113,60 @@ def test_board_loop_over_umqtt_with_socket_shim_survives_broker_restart(
     assert len(core.outbox) == 0
     assert rec.wait_for(lambda: len({json.loads(m.payload)["seq"] for m in rec.on("rase/v1/reports/r1/b1")}) == 40)
     rec.close()
+
+
+def test_board_loop_over_umqtt_with_socket_shim_survives_refused_password_and_sensor_errors(
+        tmp_path, umqtt_on_cpython_socket_shim):
+    """Real Mosquitto with a password file refuses the first three connects
+    (umqtt raises MQTTException); a sensor raising OSError costs no budget."""
+    import subprocess
+
+    from tests.brokers import Mosquitto
+
+    passwd = tmp_path / "passwd"
+    passwd.write_text("")
+    subprocess.run(["mosquitto_passwd", "-b", str(passwd), "b2", "right"], check=True, capture_output=True)
+    broker = Mosquitto(tmp_path / "mq", extra_conf=f"password_file {passwd}\n")
+    broker.conf_path.write_text(broker.conf_path.read_text().replace("allow_anonymous true", "allow_anonymous false"))
+    broker.start()
+    try:
+        rec = Recorder(broker.port, ["rase/v1/reports/#"], client_id="b2-rec", username="b2", password="right")
+        cfg = {"device": "b2", "region": "r1", "eps": 1.0, "budget_eps": 1000.0, "budget_period_s": 86400,
+               "period_s": 8, "epoch0": 0, "ledger_path": str(tmp_path / "ledger.json"), "outbox_capacity": 64,
+               "calibration": {"beta": 0.5, "rho": 0.9, "x_min": 0.0, "x_max": 4000.0, "gamma": 1.0},
+               "broker": {"host": "127.0.0.1", "port": broker.port}, "board": {"ntp": False}}
+        clock = {"t": 1_700_000_000.0}
+        attempts = []
+        MQTTClient = umqtt_on_cpython_socket_shim
+
+        def make():
+            attempts.append(1)
+            pw = "wrong" if len(attempts) <= 3 else "right"
+            return MQTTClient("b2", "127.0.0.1", port=broker.port, user="b2", password=pw, keepalive=30)
+
+        reads = {"n": 0}
+
+        def read():
+            reads["n"] += 1
+            if reads["n"] % 7 == 0:
+                raise OSError(5, "I2C bus error")
+            return 512.0
+
+        def sleep(s):
+            clock["t"] += s
+
+        loop = board.run(read, cfg, clock=lambda: clock["t"], sleep=sleep, make_client=make, max_steps=30,
+                         log=lambda line: None)
+        for _ in range(20):
+            if not len(loop.core.outbox) and loop.transport.client is not None:
+                break
+            clock["t"] += 60
+            loop.transport.poll(clock["t"])
+        assert len(attempts) >= 4 and loop.sensor_errors == 30 // 7
+        assert loop.core.seq == 30 - 30 // 7 and len(loop.core.outbox) == 0
+        assert loop.core.ledger.remaining(clock["t"]) == pytest.approx(1000.0 - loop.core.seq)
+        assert rec.wait_for(lambda: sorted(json.loads(m.payload)["seq"] for m in rec.on("rase/v1/reports/r1/b2"))
+                            == list(range(1, loop.core.seq + 1)))
+        rec.close()
+    finally:
+        broker.stop()

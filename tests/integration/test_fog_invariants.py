@@ -10,7 +10,7 @@ import pytest
 from fog_shuffler.config import FogConfig
 from fog_shuffler.schema import WindowMessage
 from fog_shuffler.service import FogService
-from rase.clock import ManualClock
+from rase_common.clock import ManualClock
 from tests.mqtt_helpers import Recorder, ServiceThread
 
 pytestmark = pytest.mark.integration
@@ -37,14 +37,15 @@ def test_bad_traffic_beside_good_and_small_windows_never_leave(mosquitto, tmp_pa
         deadline = time.monotonic() + 10
         while not service.connected and time.monotonic() < deadline:
             time.sleep(0.02)
-        infos = []
+        # The intruder first: r1's window closes as soon as its 12 devices reported,
+        # and one publisher's messages arrive in order.
+        infos = [pub.publish("rase/v1/reports/r1/intruder", json.dumps(
+            {"v": 1, "t": 5, "y": 1.0, "eps": 1.0, "seq": 1}), qos=1)]
         for i, d in enumerate(GOOD):
             for bad in BAD_PAYLOADS:                   # garbage interleaved on the same topic
                 infos.append(pub.publish(f"rase/v1/reports/r1/{d}", bad, qos=1))
             infos.append(pub.publish(f"rase/v1/reports/r1/{d}",
                                      json.dumps({"v": 1, "t": 5, "y": float(i), "eps": 1.0, "seq": 1}), qos=1))
-        infos.append(pub.publish("rase/v1/reports/r1/intruder", json.dumps(
-            {"v": 1, "t": 5, "y": 1.0, "eps": 1.0, "seq": 1}), qos=1))
         for d in SMALL:
             infos.append(pub.publish(f"rase/v1/reports/r2/{d}", json.dumps(
                 {"v": 1, "t": 5, "y": 7.0, "eps": 1.0, "seq": 1}), qos=1))

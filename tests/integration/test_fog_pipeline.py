@@ -9,9 +9,9 @@ import pytest
 from edge_agent.config import AgentConfig
 from edge_agent.service import AgentService
 from fog_shuffler.config import FogConfig
-from fog_shuffler.schema import WindowMessage
+from fog_shuffler.schema import LevelBatch, WindowMessage
 from fog_shuffler.service import FogService
-from rase.clock import ScaledClock
+from rase_common.clock import ScaledClock
 from simulators.refit import RefitColumnSource, bundled_dir, epoch0_of, load_house
 from tests.brokers import free_port
 from tests.mqtt_helpers import Recorder, ServiceThread
@@ -61,13 +61,18 @@ def test_agents_fog_windows_with_correct_metadata(mosquitto, tmp_path):
         assert not Counter(w.values) - Counter(reports[w.t])
         if w.n == 27:
             assert sorted(w.values) == sorted(reports[w.t])
-        assert w.region == "r1" and all(e == 1.0 for e in w.eps)
+        # One eps level on the menu: one batch, and no per-position eps anywhere.
+        assert w.region == "r1" and [b.eps for b in w.batches] == [1.0]
+        assert set(raw["batches"][0]) == set(LevelBatch.model_fields)
     for w in full:
         # Three houses of nine appliances: components of width 8, k = ceil(27/9) = 3,
-        # Delta_K = 36 in [30, 300] so Mallows with theta = 30/36.
-        assert (w.mechanism, w.omega, w.delta_k, w.k) == ("mallows", 8, 36, 3)
-        assert w.theta == pytest.approx(30 / 36)
-        assert w.groups == [(0, 8), (9, 17), (18, 26)]
+        # Delta_K = 36 in [2, 40] (the fog's default alpha 2) so Mallows with theta = 2/36.
+        b = w.batches[0]
+        assert (b.mechanism, b.omega, b.delta_k, b.k) == ("mallows", 8, 36, 3)
+        assert b.theta == pytest.approx(2 / 36)
+        assert b.groups == [(0, 8), (9, 17), (18, 26)]
+        # A Mallows order promises d_sigma privacy, and the window says so instead of an eps.
+        assert b.guarantee["kind"] == "d_sigma" and b.guarantee["eps"] is None
     values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.splitlines()
               if line and not line.startswith("#")}
     assert values["rase_fog_reports_accepted_total"] >= 27 * 10

@@ -12,7 +12,7 @@ from fog_shuffler.schema import WindowMessage
 from fusion_center.config import FusionConfig
 from fusion_center.schema import PrecisionControl
 from fusion_center.service import FusionService
-from rase.clock import ManualClock
+from rase_common.clock import ManualClock
 from tests.mqtt_helpers import Recorder, ServiceThread, publish_once, publish_retained
 
 pytestmark = pytest.mark.integration
@@ -51,9 +51,7 @@ def test_precision_rebroadcast_on_config_change_and_query(mosquitto, tmp_path):
                                         for m in rec.messages if m.payload), timeout_s=10)
         # Two timestamps of windows, then read them back with the CLI.
         for t in (7, 8):
-            w = WindowMessage(region="r1", t=t, n=10, values=[float(t * 10 + i) for i in range(10)],
-                              eps=[1.0] * 10, mechanism="uniform", alpha=30.0, delta_k=0, omega=0, k=1,
-                              groups=[(0, 9)])
+            w = WindowMessage.uniform("r1", t, [float(t * 10 + i) for i in range(10)])
             publish_once(mosquitto.port, "rase/v1/windows/r1", w.model_dump_json())
         assert rec.wait_for(lambda: svc.store.count() == 2)
     finally:

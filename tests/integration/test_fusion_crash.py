@@ -36,6 +36,23 @@ def stored(db):
         con.close()
 
 
+def wait_stored(db, count: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(stored(db)) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def assert_each_window_aggregated_once(db, n: int, detail: str = "") -> None:
+    """t = 1..n stored once each, every aggregate over its window's 12 values t..t+11."""
+    ts = stored(db)
+    assert len(ts) == n, f"{n - len(ts)} aggregates lost" + detail
+    assert ts == list(range(1, n + 1))      # each t once: none lost, none twice
+    con = sqlite3.connect(db)
+    rows = [json.loads(p) for (p,) in con.execute("SELECT payload FROM aggregates")]
+    con.close()
+    assert all(r["n"] == 12 and r["estimates"]["se"]["value"] == pytest.approx(r["t"] + 5.5) for r in rows)
+
+
 def wait_log(path, text, count, timeout_s=20):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -71,8 +88,7 @@ port = {own_mosquitto.port}
         killed = False
         for t in range(1, N + 1):
             values = [float(t + i) for i in range(12)]
-            w = WindowMessage(region="r1", t=t, n=12, values=values, eps=[1.0] * 12, mechanism="uniform",
-                              alpha=30.0, delta_k=0, omega=0, k=1, groups=[(0, 11)])
+            w = WindowMessage.uniform("r1", t, values)
             infos.append(pub.publish("rase/v1/windows/r1", w.model_dump_json(), qos=1))
             time.sleep(0.002)
             if not killed and len(stored(db)) >= 60:
@@ -83,19 +99,11 @@ port = {own_mosquitto.port}
             i.wait_for_publish(10)
         assert killed, "the fusion center never got going"
         proc = start(cfg, log)
-        deadline = time.monotonic() + 60
-        while len(stored(db)) < N and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_stored(db, N, 60)
     finally:
         proc.terminate()
         proc.wait(10)
         log.close()
         pub.disconnect()
         pub.loop_stop()
-    ts = stored(db)
-    assert len(ts) == N, f"{N - len(ts)} aggregates lost"
-    assert ts == list(range(1, N + 1))      # each t once: none lost, none twice
-    con = sqlite3.connect(db)
-    rows = [json.loads(p) for (p,) in con.execute("SELECT payload FROM aggregates")]
-    con.close()
-    assert all(r["n"] == 12 and r["estimates"]["se"]["value"] == pytest.approx(r["t"] + 5.5) for r in rows)
+    assert_each_window_aggregated_once(db, N)

@@ -14,7 +14,7 @@ from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
 from fusion_center.schema import Aggregate, PrecisionControl
 from fusion_center.service import FusionService
-from rase.clock import ScaledClock
+from rase_common.clock import ScaledClock
 from simulators.refit import RefitColumnSource, bundled_dir, epoch0_of, load_house
 from tests.mqtt_helpers import Recorder, ServiceThread, publish_retained
 

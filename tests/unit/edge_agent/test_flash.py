@@ -13,7 +13,7 @@ CONFIG = Path(__file__).resolve().parents[3] / "configs" / "agent.example.toml"
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
+def bundle(tmp_path_factory, umqtt_simple_py):
     out = tmp_path_factory.mktemp("bundle")
     assert rase_main(["flash", "--config", str(CONFIG), "--bundle-only", str(out)]) == 0
     return out

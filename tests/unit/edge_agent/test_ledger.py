@@ -66,3 +66,44 @@ def test_reservation_never_exceeds_the_budget(tmp_path):
     led = BudgetLedger(str(tmp_path / "l.json"), budget_eps=3.5, period_s=86400, reserve_reports=50)
     assert [led.try_spend(1.0, 1.0) for _ in range(4)] == [True, True, True, False]
     assert json.loads((tmp_path / "l.json").read_text())["spent_units"] <= 3.5 * 65536
+
+
+@pytest.mark.parametrize("content", [
+    "",                                               # empty: a write that never happened
+    '{"v": 1, "period": 0, "spent_un',                # torn
+    "\x00\x00\x00\x00",                               # corrupt
+    '{"v": 1, "period": "zero", "spent_units": 5}',   # wrong types
+    '{"v": 1, "period": 0, "spent_units": -65536}',   # negative spend would refill
+    "[]",
+])
+def test_an_unreadable_ledger_fails_closed_for_the_current_period(tmp_path, content):
+    path = tmp_path / "l.json"
+    path.write_text(content)
+    led = BudgetLedger(str(path), budget_eps=10.0, period_s=100)
+    # 0 refilled: nothing can be spent in the period the bad ledger was found ...
+    assert led.locked(150.0) and led.remaining(150.0) == 0.0
+    assert not led.try_spend(0.5, 160.0)
+    # ... and that survives a restart (the lock was written as spend).
+    led2 = BudgetLedger(str(path), budget_eps=10.0, period_s=100)
+    assert not led2.locked(170.0) and led2.remaining(170.0) == 0.0
+    # The next period is a fresh budget.
+    assert not led2.locked(200.0) and led2.try_spend(0.5, 200.0)
+    assert led2.remaining(200.0) == pytest.approx(9.5)
+
+
+def test_a_missing_ledger_is_a_new_device(tmp_path):
+    led = BudgetLedger(str(tmp_path / "new.json"), budget_eps=1.0, period_s=100)
+    assert not led.locked(1.0) and led.try_spend(1.0, 1.0)
+
+
+def test_the_core_says_ledger_unreadable_and_charges_nothing(tmp_path):
+    from edge_agent.core import AgentCore
+    from edge_agent.randomizer import Calibration
+
+    path = tmp_path / "l.json"
+    path.write_text("garbage")
+    core = AgentCore(device="d", region="r", eps=1.0, calibration=Calibration(), period_s=8,
+                     ledger=BudgetLedger(str(path), budget_eps=100.0, period_s=86400))
+    assert core.step(5.0, 1000.0) is None and core.status == "ledger_unreadable" and core.sent == 0
+    assert core.step(5.0, 86400.0 + 1000.0) is not None and core.status == "online"
+    assert core.ledger.remaining(86400.0 + 1000.0) == pytest.approx(99.0)

@@ -9,9 +9,7 @@ from fusion_center.schema import PrecisionControl
 
 
 def window(region, t, values, eps=1.0):
-    return WindowMessage(region=region, t=t, n=len(values), values=values, eps=[eps] * len(values),
-                         mechanism="uniform", alpha=30.0, theta=None, delta_k=0, omega=0, k=1,
-                         groups=[(0, len(values) - 1)])
+    return WindowMessage.uniform(region, t, values, eps)
 
 
 def test_t_closes_when_all_known_regions_arrived():
@@ -51,3 +49,18 @@ def test_windowed_in_aggregate_uses_history():
             hist.setdefault(k, {})[t] = e
     w3 = agg.windowed["3"]["se"]
     assert w3.present == 2 and w3.value == pytest.approx(300.0)   # t = 2 and 4 of 2..4
+
+
+def test_the_aggregate_publishes_what_each_shuffle_adds():
+    from fog_shuffler.amplification import window_guarantee
+    from fog_shuffler.schema import LevelBatch
+
+    uniform = window_guarantee("uniform", eps0=1.0, n=1000, delta=1e-6)
+    w = WindowMessage(region="r1", t=3, n=1000, alpha=2.0, batches=[LevelBatch(
+        eps=1.0, values=[1.0] * 1000, mechanism="uniform", delta_k=0, omega=0, k=1, groups=[(0, 999)],
+        guarantee=uniform)])
+    agg, _ = aggregate(3, [w], PrecisionControl(), {"r1"}, bootstrap_b=20)
+    (p,) = agg.privacy
+    assert p["kind"] == "shuffle_dp" and p["eps"] < 0.2 and p["eps0"] == 1.0 and p["region"] == "r1"
+    mallows = window_guarantee("mallows", eps0=1.0, n=1000, delta=1e-6, alpha=2.0, theta=0.05)
+    assert mallows["kind"] == "d_sigma" and mallows["eps"] is None   # no amplification number claimed

@@ -1,7 +1,9 @@
 """REFIT loader on real rows: CRLF, gaps, the hold rule, bad input."""
 
 import gzip
+import hashlib
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,32 +12,27 @@ import pytest
 from simulators.refit import (RefitFormatError, bundled_dir, epoch0_of, grid_readings, house_file, load_house,
                               readings_at)
 
-SHARED = Path(__file__).resolve().parents[4] / "shared" / "data" / "refit"
+# Real REFIT rows cut for these tests (house 13's gaps); see its README.
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "refit"
 
 
-@pytest.fixture(scope="module")
-def shared_dir():
-    if not SHARED.is_dir():
-        pytest.fail(f"the development data set is expected beside the project at {SHARED}")
-    return SHARED
-
-
-def test_real_house_rows_with_crlf(shared_dir):
-    raw = gzip.decompress((shared_dir / "house_2.csv.gz").read_bytes())
+def test_real_house_rows_with_crlf():
+    raw = gzip.decompress((bundled_dir() / "house_2.csv.gz").read_bytes())
     assert b"\r\n" in raw and raw.split(b"\n", 1)[0].endswith(b"Appliance9")
-    h = load_house(shared_dir, 2)
+    h = load_house(bundled_dir(), 2)
     assert len(h.unix) == 12616 and sum(h.skipped.values()) == 0
     assert h.unix[0] == 1420675200 and h.unix[-1] == 1420761594
     assert np.all(np.diff(h.unix) > 0)
     assert h.device_ids()[0] == "h2a1" and h.device_ids(include_aggregate=True)[0] == "h2agg"
 
 
-def test_hold_rule_on_house_13_gaps(shared_dir):
+def test_hold_rule_on_house_13_gaps():
     """House 13 has runs of ~76 s steps: under the 120 s hold every t still
     has a reading; with a 60 s hold some t in the gaps have none."""
-    h = load_house(shared_dir, 13)
+    h = load_house(FIXTURES, 13)
+    assert len(h.unix) == 200 and sum(h.skipped.values()) == 0
     e0 = epoch0_of([h], 8.0)
-    n_t = 10800
+    n_t = int((h.unix[-1] - e0) // 8)
     full = grid_readings(h, "h13a1", e0, 8.0, n_t)
     strict = grid_readings(h, "h13a1", e0, 8.0, n_t, max_hold_s=60.0)
     steps = np.diff(h.unix)
@@ -53,16 +50,20 @@ def test_reading_is_last_row_strictly_before_the_period_end():
     assert np.isnan(out[0]) and np.isnan(out[1])   # nothing before; 184 s old > 120 s hold
 
 
-def test_epoch0_is_floored_to_the_period(shared_dir):
-    hs = [load_house(shared_dir, 1), load_house(shared_dir, 2)]
+def test_epoch0_is_floored_to_the_period():
+    hs = [load_house(bundled_dir(), 1), load_house(bundled_dir(), 2)]
     assert epoch0_of(hs, 8.0) == 1420675200.0
     assert epoch0_of([hs[0]], 8.0) == 1420675200.0   # 1420675206 floored to a multiple of 8
 
 
-def test_bundled_excerpt_is_byte_identical_to_the_shared_files(shared_dir):
-    for h in (1, 2, 3, 5, 12):
-        assert (bundled_dir() / f"house_{h}.csv.gz").read_bytes() == (shared_dir / f"house_{h}.csv.gz").read_bytes()
-    assert "CC BY 4.0" in (bundled_dir() / "README.md").read_text()
+def test_bundled_excerpt_matches_its_recorded_checksums_and_attribution():
+    readme = (bundled_dir() / "README.md").read_text()
+    recorded = dict(re.findall(r"^\| (house_\d+\.csv\.gz) \| ([0-9a-f]{64}) \|$", readme, re.M))
+    assert sorted(recorded) == sorted(f"house_{h}.csv.gz" for h in (1, 2, 3, 5, 12))
+    for name, digest in recorded.items():
+        assert hashlib.sha256((bundled_dir() / name).read_bytes()).hexdigest() == digest, name
+    assert "CC BY 4.0" in readme
+    assert "CC BY 4.0" in (FIXTURES / "README.md").read_text()
 
 
 def test_malformed_rows_skipped_counted_and_named(tmp_path, caplog):

@@ -1,0 +1,68 @@
+# The device's local policy over the precision control message (SPEC 3).
+#
+# The control message comes from the fusion center over the broker: anyone
+# who can publish it could try to make a device report faster, spend more
+# budget, or use a calibration its sampler refuses. The device's own config
+# bounds what it accepts; a message outside these bounds is ignored whole.
+# eps is bounded elsewhere: the device never uses a menu level above its own
+# configured eps (AgentCore.eps).
+
+from edge_agent.mechanisms import MECHANISMS as KNOWN_MECHANISMS
+# Grid steps over the range: beyond this the exact sampler's integers grow
+# past what small boards handle well (and a hostile range/grid pair is refused).
+MAX_GRID_STEPS = 1 << 24
+
+
+def _num(d, key, default):
+    v = d.get(key, default) if d else default
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v:
+        raise ValueError("policy %s must be a number, got %r" % (key, v))
+    return v
+
+
+class LocalPolicy:
+    """Bounds a control message must respect. Built from the device config's
+    "policy" dict; missing keys take defaults derived from its own settings."""
+
+    def __init__(self, period_min_s, x_min_floor=-1e9, x_max_ceiling=1e9, gamma_min=1e-6, gamma_max=1e9,
+                 mechanisms=KNOWN_MECHANISMS, max_grid_steps=MAX_GRID_STEPS):
+        if not (period_min_s > 0):
+            raise ValueError("policy period_min_s must be > 0, got %r" % (period_min_s,))
+        if not (x_min_floor < x_max_ceiling):
+            raise ValueError("policy x_min_floor must be < x_max_ceiling")
+        if not (0 < gamma_min <= gamma_max):
+            raise ValueError("policy needs 0 < gamma_min <= gamma_max")
+        for m in mechanisms:
+            if m not in KNOWN_MECHANISMS:
+                raise ValueError("policy mechanism %r is not one this device knows %r" % (m, KNOWN_MECHANISMS))
+        self.period_min_s = period_min_s
+        self.x_min_floor = x_min_floor
+        self.x_max_ceiling = x_max_ceiling
+        self.gamma_min = gamma_min
+        self.gamma_max = gamma_max
+        self.mechanisms = tuple(mechanisms)
+        self.max_grid_steps = max_grid_steps
+
+    @classmethod
+    def from_dict(cls, d, period_s):
+        d = d or {}
+        return cls(period_min_s=_num(d, "period_min_s", period_s),
+                   x_min_floor=_num(d, "x_min_floor", -1e9), x_max_ceiling=_num(d, "x_max_ceiling", 1e9),
+                   gamma_min=_num(d, "gamma_min", 1e-6), gamma_max=_num(d, "gamma_max", 1e9),
+                   mechanisms=tuple(d.get("mechanisms", KNOWN_MECHANISMS)))
+
+    def check(self, msg):
+        """Raise ValueError naming the first field outside policy."""
+        if msg["period_s"] < self.period_min_s:
+            raise ValueError("period_s %r is below this device's minimum %r" % (msg["period_s"], self.period_min_s))
+        if msg["x_min"] < self.x_min_floor or msg["x_max"] > self.x_max_ceiling:
+            raise ValueError("range [%r, %r] is outside this device's [%r, %r]"
+                             % (msg["x_min"], msg["x_max"], self.x_min_floor, self.x_max_ceiling))
+        if not (self.gamma_min <= msg["gamma"] <= self.gamma_max):
+            raise ValueError("gamma %r is outside this device's [%r, %r]" % (msg["gamma"], self.gamma_min,
+                                                                             self.gamma_max))
+        if msg["x_max"] > msg["x_min"] and (msg["x_max"] - msg["x_min"]) / msg["gamma"] > self.max_grid_steps:
+            raise ValueError("range / gamma = %r grid steps is more than this device handles (%d)"
+                             % ((msg["x_max"] - msg["x_min"]) / msg["gamma"], self.max_grid_steps))
+        if msg.get("mechanism", "br") not in self.mechanisms:
+            raise ValueError("mechanism %r is not allowed on this device %r" % (msg.get("mechanism"), self.mechanisms))

@@ -1,0 +1,67 @@
+"""The protocol parameters the fog checks reports against, and how it follows
+the control message (SPEC 3: the control message is the one source of truth
+for period, epoch0, range and the eps menu). Pure: no I/O, no clock.
+
+A change applies from the timestamp at which the fog saw it. Devices apply a
+control message when it reaches them, so for a short while reports made under
+the previous parameters are still on their way: for `grace` periods after a
+change a report that the new parameters refuse is checked against the
+previous ones too, so a precision change never drops good reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class Protocol:
+    period_s: float
+    epoch0: float
+    eps_levels: tuple[float, ...]
+    x_min: float
+    x_max: float
+
+    @classmethod
+    def from_control(cls, msg: dict, current: "Protocol") -> "Protocol":
+        """From a parsed control message (edge_agent.wire.parse_control)."""
+        return cls(period_s=float(msg["period_s"]), epoch0=float(msg.get("epoch0", current.epoch0)),
+                   eps_levels=tuple(sorted(set(float(e) for e in msg["eps_levels"]))),
+                   x_min=float(msg["x_min"]), x_max=float(msg["x_max"]))
+
+    def differences(self, other: "Protocol") -> dict[str, tuple]:
+        """field -> (self's value, other's value) where they differ."""
+        return {f.name: (getattr(self, f.name), getattr(other, f.name)) for f in fields(self)
+                if getattr(self, f.name) != getattr(other, f.name)}
+
+    def t_of(self, unix_s: float) -> int:
+        return int((unix_s - self.epoch0) // self.period_s)
+
+
+class ProtocolFollower:
+    def __init__(self, own: Protocol, grace_periods: int):
+        if grace_periods < 0:
+            raise ValueError(f"grace_periods must be >= 0, got {grace_periods}")
+        self.own = own                       # what the fog's config file says
+        self.current = own
+        self.previous: Protocol | None = None
+        self.changed_at_t: int | None = None
+        self.grace = grace_periods
+
+    def apply(self, new: Protocol, now_t: int) -> dict[str, tuple]:
+        """Follow `new` from now_t on; returns what changed (empty: nothing)."""
+        changed = self.current.differences(new)
+        if changed:
+            self.previous, self.current, self.changed_at_t = self.current, new, now_t
+        return changed
+
+    def drift(self) -> dict[str, tuple]:
+        """Where the control message disagrees with the fog's own config."""
+        return self.own.differences(self.current)
+
+    def candidates(self, t: int) -> list[Protocol]:
+        """Parameters a report of timestamp t may have been made under."""
+        out = [self.current]
+        if self.previous is not None and self.changed_at_t is not None and t <= self.changed_at_t + self.grace:
+            out.append(self.previous)
+        return out

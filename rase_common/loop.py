@@ -1,0 +1,77 @@
+"""Small helpers for the services' asyncio loops."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> bool:
+    """Sleep up to `seconds`, waking early when `stop` is set; True if stopping."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
+    return stop.is_set()
+
+
+class Wakeup:
+    """Wakes a service's asyncio loop when work arrives, from paho's network
+    thread or from the loop itself: the loops wait on this, not on a tick.
+
+    set() after work was queued; the loop calls wait() when it has nothing
+    left to do. A set() between the loop's last look at its queue and wait()
+    is not lost: wait() then returns at once."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+        self._thread: int | None = None
+        self._pending = False       # one scheduled wake-up at a time, however many set() calls
+
+    def bind(self) -> None:
+        """Attach to the running loop (call from inside it, before waiting)."""
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        self._thread = threading.get_ident()
+
+    def set(self) -> None:
+        if self._pending or self._loop is None:
+            return
+        self._pending = True
+        if threading.get_ident() == self._thread:
+            self._event.set()
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._event.set)
+        except RuntimeError:
+            pass  # the loop has closed: the service is stopping
+
+    async def wait(self, stop: asyncio.Event, timeout_s: float) -> bool:
+        """Until set(), `stop` or timeout_s; True if stopping."""
+        if self._event is None:
+            self.bind()
+        if not self._event.is_set() and not stop.is_set():
+            tasks = {asyncio.ensure_future(self._event.wait()), asyncio.ensure_future(stop.wait())}
+            try:
+                await asyncio.wait(tasks, timeout=max(0.0, timeout_s), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in tasks:
+                    task.cancel()
+        # Cleared before the caller looks at its queues, so work queued from
+        # now on schedules a new wake-up.
+        self._event.clear()
+        self._pending = False
+        return stop.is_set()
+
+
+def seconds_to_next_period(clock, epoch0: float, period_s: float, cap_s: float = 1.0) -> float:
+    """Wall seconds until the clock crosses its next period boundary (when
+    windows may come due), at most cap_s. A manual clock (speedup inf) is
+    moved by its driver, which wakes the service itself."""
+    speedup = getattr(clock, "speedup", 1.0)
+    if speedup == float("inf"):
+        return cap_s
+    now = clock.now()
+    boundary = epoch0 + ((now - epoch0) // period_s + 1) * period_s
+    return min(cap_s, max(0.0005, (boundary - now) / speedup))

@@ -1,0 +1,79 @@
+"""One source of truth: the fusion center's [precision] changes mid-run (range
+4000 -> 3000 W, eps menu [1] -> [0.5]) while the fog's own config still says
+the old values. The agents recalibrate, the fog follows the control message
+(and says its config drifted), and no good report is dropped: every report
+the agents sent is in a window."""
+
+import json
+import time
+from collections import Counter
+
+import pytest
+
+from edge_agent.config import AgentConfig
+from edge_agent.service import AgentService
+from fog_shuffler.config import FogConfig
+from fog_shuffler.schema import WindowMessage
+from fog_shuffler.service import FogService
+from fusion_center.config import FusionConfig
+from fusion_center.service import FusionService
+from rase_common.clock import ScaledClock
+from simulators.refit import RefitColumnSource, bundled_dir, epoch0_of, load_house
+from tests.mqtt_helpers import Recorder, ServiceThread, publish_retained
+
+pytestmark = pytest.mark.integration
+
+
+def fusion_toml(path, port, epoch0, x_max, levels, store):
+    path.write_text(f'name = "pc"\nregions = ["r1"]\nmerge_deadline_s = 80\nbootstrap_b = 100\n'
+                    f'store_path = "{store}"\n[precision]\nx_max = {x_max}\nperiod_s = 8.0\nepoch0 = {epoch0}\n'
+                    f"eps_levels = {levels}\n[broker]\nport = {port}\n")
+
+
+def test_a_precision_change_mid_run_drops_no_good_report(mosquitto, tmp_path):
+    house = load_house(bundled_dir(), 1)
+    epoch0 = epoch0_of([house], 8.0)
+    clock = ScaledClock(epoch0 + 8 * 3600, 40.0)
+    broker = {"port": mosquitto.port}
+    cfg_path = tmp_path / "fusion.toml"
+    fusion_toml(cfg_path, mosquitto.port, epoch0, 4000.0, [1.0], tmp_path / "fusion.sqlite")
+    fog_svc = FogService(FogConfig.load(None, name="pc", regions={"r1": {"refit_houses": [1]}}, period_s=8.0,
+                                        epoch0=epoch0, k_min=5, lateness_periods=4, eps_levels=[1.0], x_max=4000.0,
+                                        journal_path=tmp_path / "fog.sqlite", broker=broker), clock=clock)
+    rec = Recorder(mosquitto.port, ["rase/v1/windows/#", "rase/v1/reports/#"], persistent=False)
+    fusion = ServiceThread(FusionService(FusionConfig.load(cfg_path), config_path=cfg_path, clock=clock))
+    fog = ServiceThread(fog_svc)
+    agents = []
+    try:
+        for dev in house.device_ids():
+            cfg = AgentConfig.load(None, device=dev, region="r1", eps=1.0, period_s=8.0, epoch0=epoch0,
+                                   ledger_path=tmp_path / f"{dev}.json", broker=broker)
+            agents.append(ServiceThread(AgentService(cfg, source=RefitColumnSource(house, dev), clock=clock)))
+        assert rec.wait_for(lambda: len(rec.on("rase/v1/windows/")) >= 5, timeout_s=60)
+        time.sleep(1.1)   # the config watcher compares modification times
+        fusion_toml(cfg_path, mosquitto.port, epoch0, 3000.0, [0.5], tmp_path / "fusion.sqlite")
+        assert rec.wait_for(lambda: any(json.loads(m.payload)["eps"] == 0.5 for m in rec.on("rase/v1/reports/")),
+                            timeout_s=30)
+        n = len(rec.on("rase/v1/windows/"))
+        assert rec.wait_for(lambda: len(rec.on("rase/v1/windows/")) >= n + 8, timeout_s=60)
+    finally:
+        for a in agents:
+            a.stop()
+        time.sleep(0.3)
+        fog.stop()
+        fusion.stop()
+        publish_retained(mosquitto.port, "rase/v1/control/precision", b"")
+    rec.close()
+    reports = [(m.topic.rsplit("/", 1)[1], json.loads(m.payload)) for m in rec.on("rase/v1/reports/")]
+    windows = [WindowMessage.model_validate_json(m.payload) for m in rec.on("rase/v1/windows/")]
+    assert {r["eps"] for _, r in reports} == {1.0, 0.5}             # the change happened mid-run
+    m = fog_svc.metrics
+    assert m.value("reports_rejected", reason="eps_not_on_menu") == 0
+    assert m.value("reports_rejected", reason="implausible_y") == 0
+    assert m.registry.get_sample_value("rase_fog_config_drift", {"field": "x_max"}) == 1
+    # Every report of a forwarded window's t is in that window: none dropped across the change.
+    sent = Counter((r["t"], r["y"]) for _, r in reports)
+    closed = {w.t for w in windows}
+    got = Counter((w.t, v) for w in windows for v in w.values)
+    assert +Counter({k: c for k, c in sent.items() if k[0] in closed}) == got
+    assert {b.eps for w in windows for b in w.batches} == {1.0, 0.5}

@@ -1,0 +1,169 @@
+"""`mean`: unbiased for the TRUE mean of the (clipped) readings at every eps,
+clamped or not, with honest intervals; and its bootstrap. Seeded trials on
+REFIT-like readings (mostly near 0 W, a few large; range 0-4000 W, grid 1 W).
+
+The reports are drawn by an exact vectorised copy of the agent's BR (discrete
+Laplace as a difference of two geometrics with the agent's own q, then its
+clamp rule); the first test checks that copy against the agent's sampler."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from edge_agent.entropy import RandomBits
+from edge_agent.randomizer import BudgetRandomizer, Calibration
+from fusion_center.estimators import (bootstrap_counts, br_corrected, br_mean_variance, br_noise_q, sample_mean,
+                                      unbiased_mean)
+from tests.seeded_bytes import XorShiftBytes
+
+CAL = Calibration(beta=0.5, rho=0.9, x_min=0.0, x_max=4000.0, gamma=1.0)   # eps_star = 4.6
+
+
+def br_reports(x: np.ndarray, eps: float, rng: np.random.Generator, cal: Calibration = CAL) -> np.ndarray:
+    """What the agent sends for readings x (any shape), drawn with numpy."""
+    q = br_noise_q(cal, eps)
+    k = np.clip(np.rint((np.clip(x, cal.x_min, cal.x_max) - cal.x_min) / cal.gamma), 0, cal.grid_max)
+    z = (rng.geometric(1 - q, size=x.shape) - 1) - (rng.geometric(1 - q, size=x.shape) - 1)
+    m = k + z
+    if eps < cal.eps_star:
+        m = np.clip(m, 0, cal.grid_max)
+    y = cal.x_min + m * cal.gamma
+    if eps < cal.eps_star:
+        y = np.minimum(y, cal.x_max)
+    return y
+
+
+def refit_like(n: int, rng: np.random.Generator) -> np.ndarray:
+    """Appliance loads: 80% standby (0-10 W), 15% 50-300 W, 5% 1-3.5 kW, whole watts."""
+    u = rng.random(n)
+    x = np.where(u < 0.8, rng.integers(0, 11, n), np.where(u < 0.95, rng.integers(50, 301, n),
+                                                            rng.integers(1000, 3501, n)))
+    return x.astype(float)
+
+
+@pytest.mark.parametrize("eps", [1.0, 9.0])
+def test_the_vectorised_copy_draws_what_the_agent_draws(eps):
+    br = BudgetRandomizer(CAL, RandomBits(read=XorShiftBytes(11)))
+    n = 20_000
+    agent = np.array([br.randomize(120.0, eps)[0] for _ in range(n)])
+    ours = br_reports(np.full(n, 120.0), eps, np.random.default_rng(5))
+    edges = np.quantile(np.concatenate([agent, ours]), np.linspace(0, 1, 21))
+    edges[-1] += 1
+    a, _ = np.histogram(agent, edges)
+    b, _ = np.histogram(ours, edges)
+    keep = (a + b) > 0
+    _, p, _, _ = stats.chi2_contingency(np.vstack([a[keep], b[keep]]))
+    assert p > 1e-3      # two-sample chi-square on 20 quantile bins, 20,000 draws each
+
+
+def test_correction_by_hand_and_only_for_clamped_levels():
+    q = br_noise_q(CAL, 1.0)
+    z = np.array([0.0, 4000.0, 17.0, 0.0, 4000.0])
+    eps = np.array([1.0, 1.0, 1.0, 9.0, 9.0])     # eps 9 >= eps_star: never clamped, left as is
+    got = br_corrected(z, eps, CAL)
+    tail = q / (1 - q)
+    assert got.tolist() == pytest.approx([-tail, 4000 + tail, 17.0, 0.0, 4000.0])
+    assert tail == pytest.approx(1 / (math.exp(1 / 4000) - 1))     # lambda = 4000 W at eps 1
+
+
+def test_gamma_not_dividing_the_range_corrects_from_the_top_grid_point():
+    cal = Calibration(x_min=0.0, x_max=10.0, gamma=3.0)      # K = 4: the top grid point is 12, sent as 10
+    q = br_noise_q(cal, 0.5)
+    got = br_corrected(np.array([10.0]), np.array([0.5]), cal)
+    assert got[0] == pytest.approx(3.0 * (4 + q / (1 - q)))
+
+
+TRIALS = {45: 4000, 1000: 600}
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 2.0, 9.0])
+@pytest.mark.parametrize("n", [45, 1000])
+def test_mean_is_unbiased_for_the_true_mean_and_covers_it(eps, n):
+    rng = np.random.default_rng(int(eps * 100) + n)
+    trials = TRIALS[n]
+    x = refit_like(n, rng)
+    truth = float(np.clip(x, CAL.x_min, CAL.x_max).mean())
+    y = br_reports(np.broadcast_to(x, (trials, n)), eps, rng)
+    corrected = br_corrected(y.ravel(), np.full(y.size, eps), CAL).reshape(trials, n)
+    est = corrected.mean(axis=1)
+    half = np.array([1.959963984540054 * math.sqrt(br_mean_variance(c, np.full(n, eps), CAL)) for c in corrected])
+    err = est - truth
+    # Bias: the average error is within 3 standard errors of 0.
+    assert abs(err.mean()) < 3 * err.std(ddof=1) / math.sqrt(trials), (err.mean(), err.std())
+    # Coverage of the TRUE mean by the 95% interval in [0.93, 0.97].
+    cover = float(np.mean(np.abs(err) <= half))
+    assert 0.93 <= cover <= 0.97, cover
+    # The paper's SE is far off whenever the clamp branch runs.
+    if eps < CAL.eps_star:
+        assert abs(y.mean() - truth) > 100
+
+
+def test_estimator_functions_agree_with_the_vectorised_check():
+    rng = np.random.default_rng(3)
+    x = refit_like(45, rng)
+    y = br_reports(x, 1.0, rng)
+    e = unbiased_mean(y, np.full(45, 1.0), CAL)
+    c = br_corrected(y, np.full(45, 1.0), CAL)
+    assert e.value == pytest.approx(c.mean()) and e.n == 45
+    # Clamped (eps 1 < eps_star): the interval is the corrected reports' normal interval.
+    assert sample_mean(c).lo == pytest.approx(e.lo)
+
+
+@pytest.mark.parametrize("n", [45, 1000])
+def test_bootstrap_of_the_unbiased_mean_covers_the_true_mean(n):
+    rng = np.random.default_rng(n)
+    trials = 600 if n == 45 else 300
+    x = refit_like(n, rng)
+    truth = float(x.mean())
+    hits = 0
+    for _ in range(trials):
+        y = br_reports(x, 1.0, rng)
+        e = bootstrap_counts(br_corrected(y, np.full(n, 1.0), CAL), b=500, rng=rng)
+        hits += e.lo <= truth <= e.hi
+    cover = hits / trials
+    # 95% percentile interval; tolerance widened for the smaller trial count (sd ~ 0.009 / 0.013).
+    assert 0.92 <= cover <= 0.98, cover
+
+
+def test_bootstrap_counts_has_the_index_bootstrap_distribution():
+    """Multinomial counts over distinct values resample exactly as indices do:
+    the resample means match in mean and spread (5,000 resamples each)."""
+    from fusion_center.estimators import _resample_means
+
+    rng = np.random.default_rng(9)
+    a = np.round(rng.exponential(10, 2000))       # few distinct values: the counts path is taken
+    assert 4 * np.unique(a).size <= a.size
+    by_counts = bootstrap_counts(a, b=5000, rng=np.random.default_rng(1))
+    by_index = _resample_means(a, 5000, np.random.default_rng(2))
+    assert by_counts.value == pytest.approx(by_index.mean(), abs=3 * a.std() / math.sqrt(2000 * 5000) * 3)
+    lo, hi = np.quantile(by_index, [0.025, 0.975])
+    assert by_counts.lo == pytest.approx(lo, rel=0.03) and by_counts.hi == pytest.approx(hi, rel=0.03)
+
+
+@pytest.mark.parametrize("mechanism", ["duchi", "hybrid"])
+def test_aggregate_mean_is_unbiased_for_the_other_device_mechanisms(mechanism):
+    """Reports from the real device randomizers (seeded bytes): the aggregate's
+    `mean` covers the true mean; 300 trials of n = 200, tolerance for 300 trials."""
+    from edge_agent.mechanisms import make_randomizer
+    from fog_shuffler.schema import WindowMessage
+    from fusion_center.merge import aggregate
+    from fusion_center.schema import PrecisionControl
+
+    rng = np.random.default_rng(4)
+    n, trials = 200, 300
+    x = refit_like(n, rng)
+    truth = float(x.mean())
+    precision = PrecisionControl(mechanism=mechanism, eps_levels=[2.0])
+    r = make_randomizer(mechanism, precision.calibration(), RandomBits(read=XorShiftBytes(21)))
+    errs, hits = [], 0
+    for t in range(trials):
+        y = [float(r.randomize(float(v), 2.0)[0]) for v in x]
+        agg, est = aggregate(t, [WindowMessage.uniform("r1", t, y, eps=2.0)], precision, {"r1"}, bootstrap_b=50)
+        errs.append(est["mean"].value - truth)
+        hits += est["mean"].lo <= truth <= est["mean"].hi
+        assert not agg.clamped
+    errs = np.array(errs)
+    assert abs(errs.mean()) < 3 * errs.std(ddof=1) / math.sqrt(trials)
+    assert 0.91 <= hits / trials <= 0.99
