@@ -6,7 +6,9 @@
   send, so a restart resends the same bytes (never a second, different
   shuffle of the same data) and never reshuffles.
 - `closed`: windows already closed (forwarded or suppressed), so a restart
-  neither forwards one twice nor reopens it for late reports.
+  never reopens one for late reports or shuffles it again. Forwarding is
+  at-least-once: a kill between the broker's acknowledgement and `mark_sent`
+  resends the same bytes, which the fusion center drops by (region, t).
 """
 
 from __future__ import annotations
