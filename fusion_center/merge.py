@@ -62,7 +62,8 @@ def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl,
     else:
         # Duchi, Piecewise and Hybrid reports are each unbiased for the clipped reading already.
         corrected, mean, clamped = z, sample_mean(z, level), False
-    est = {"mean": mean, "bs": bootstrap_counts(corrected, bootstrap_b, level, rng=rng),
+    est = {"mean": mean, "bs": bootstrap_counts(corrected, bootstrap_b, level, rng=rng, step=cal.gamma,
+                                                origin=cal.x_min),
            "se": sample_mean(z, level), "mle": mle(z, lam, level)}
     at_bound = float(np.mean((z == cal.x_min) | (z == cal.x_max)))
     win: dict[str, dict[str, WindowedOut]] = {}
