@@ -13,6 +13,7 @@
 import math
 
 from edge_agent.entropy import RandomBits
+from edge_agent.randomizer import check_finite
 
 DEFAULT_DEN = 1 << 20
 
@@ -63,3 +64,30 @@ class BinaryRR:
 def on_off(power_w, threshold_w):
     """An appliance is on when its power is above its threshold."""
     return 1 if power_w > threshold_w else 0
+
+
+class OnOffRandomizer:
+    """The device side of the `binary` mechanism: the reading (power) is on
+    when above `on_above`; the bit is reported by BinaryRR with p from the
+    eps level (flip_fraction), so the fusion center knows p from eps alone."""
+
+    mechanism = "binary"
+
+    def __init__(self, on_above, bits=None):
+        self.on_above = check_finite("on_above", on_above)
+        self.bits = bits if bits is not None else RandomBits()
+        self._rr = {}
+
+    def params(self, eps):
+        rr = self._rr.get(eps)
+        if rr is None:
+            if not eps > 0:
+                raise ValueError("eps must be > 0, got %r" % (eps,))
+            rr = self._rr[eps] = BinaryRR(flip_fraction(eps), DEFAULT_DEN, self.bits)
+        return rr
+
+    def quantize(self, x):
+        return on_off(check_finite("reading", x), self.on_above)
+
+    def randomize(self, x, eps):
+        return self.params(eps).randomize(self.quantize(x)), False

@@ -1,11 +1,12 @@
 # The agent's logic without I/O: reading -> budget check -> randomizer (BR or
-# the deployment's mechanism, edge_agent.mechanisms) -> report.
+# the deployment's mechanism, edge_agent.mechanisms: a mean mechanism, or the
+# binary / categorical report kinds) -> report.
 # Transports (paho on CPython, umqtt on boards) drain `outbox` and publish
 # `status` whenever `status_changed` is set.
 
 from edge_agent import wire
 from edge_agent.outbox import Outbox
-from edge_agent.mechanisms import DEFAULT_MECHANISM, make_randomizer
+from edge_agent.mechanisms import DEFAULT_MECHANISM, DEFAULT_ON_ABOVE, make_randomizer
 from edge_agent.policy import LocalPolicy
 from edge_agent.randomizer import EPS_UNITS, Calibration
 
@@ -21,7 +22,8 @@ class AgentCore:
     """One device. Keyword-only use is intended: AgentCore(device=..., ...)."""
 
     def __init__(self, device, region, eps, ledger, calibration, period_s=8,
-                 epoch0=0, bits=None, outbox_capacity=256, policy=None, mechanism=DEFAULT_MECHANISM):
+                 epoch0=0, bits=None, outbox_capacity=256, policy=None, mechanism=DEFAULT_MECHANISM,
+                 on_above=DEFAULT_ON_ABOVE, bands=None):
         self.device = wire.check_name("device", device)
         self.region = wire.check_name("region", region)
         if not (eps > 0):
@@ -34,7 +36,7 @@ class AgentCore:
         self.period_s = period_s
         self.epoch0 = epoch0
         self.mechanism = mechanism
-        self.randomizer = make_randomizer(mechanism, calibration, bits)
+        self.randomizer = make_randomizer(mechanism, calibration, bits, on_above, bands)
         self.outbox = Outbox(outbox_capacity)
         self.topic = wire.report_topic(region, device)
         self.seq = 0
@@ -114,7 +116,7 @@ class AgentCore:
             self.policy.check(msg)
             cal = Calibration(beta=msg["beta"], rho=msg["rho"], x_min=msg["x_min"],
                               x_max=msg["x_max"], gamma=msg["gamma"])
-            randomizer = make_randomizer(msg["mechanism"], cal, self.randomizer.bits)
+            randomizer = make_randomizer(msg["mechanism"], cal, self.randomizer.bits, msg["on_above"], msg["bands"])
             levels = msg["eps_levels"]
             usable = [e for e in levels if e <= self.eps_max]
             if usable:

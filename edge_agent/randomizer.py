@@ -21,6 +21,12 @@ def _finite(x):
     return x == x and x not in (float("inf"), float("-inf"))
 
 
+def check_finite(name, value):
+    """value if it is a finite int or float (not a bool), else ValueError."""
+    _check(name, value, True, "a finite number")
+    return value
+
+
 def _check(name, value, ok, rule):
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not _finite(value) or not ok:
         raise ValueError("%s must be %s, got %r" % (name, rule, value))

@@ -5,7 +5,7 @@
 
 import json
 
-from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
+from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_MECHANISM, DEFAULT_ON_ABOVE, check_bands, check_mechanism
 
 VERSION = 1
 STATES = ("online", "offline", "budget_exhausted", "no_eps_level", "control_rejected", "ledger_unreadable")
@@ -61,8 +61,10 @@ def parse_control(payload):
     """Decode a precision control message into a dict, or raise ValueError.
 
     Keys: beta, rho, x_min, x_max, gamma, period_s, eps_levels (sorted list),
-    mechanism ("br" when absent), and epoch0 when present. Every number must be
-    finite; range checks happen in Calibration and the device's LocalPolicy.
+    mechanism ("br" when absent), on_above and bands (the binary and
+    categorical mechanisms' public mapping of a reading; defaults when
+    absent), and epoch0 when present. Every number must be finite; range
+    checks happen in Calibration and the device's LocalPolicy.
     """
     if len(payload) > MAX_CONTROL_BYTES:
         raise ValueError("control message is larger than %d bytes" % MAX_CONTROL_BYTES)
@@ -88,8 +90,9 @@ def parse_control(payload):
         raise ValueError("control field " + str(e))
     if "epoch0" in msg:
         out["epoch0"] = _finite_number("epoch0", msg["epoch0"])
+    out["on_above"] = _finite_number("on_above", msg.get("on_above", DEFAULT_ON_ABOVE))
     try:
-        out["mechanism"] = check_mechanism(msg.get("mechanism", DEFAULT_MECHANISM))
+        out["bands"] = check_bands(msg.get("bands", DEFAULT_BANDS))
     except ValueError as e:
         raise ValueError("control field " + str(e))
     return out

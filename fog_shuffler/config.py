@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from edge_agent import wire
+from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_MECHANISM, DEFAULT_ON_ABOVE, check_bands, check_mechanism
+from edge_agent.randomizer import check_finite
 from fog_shuffler.relationship import RelationshipGraph
 from fog_shuffler.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
 from rase_common.kafka import KafkaConfig
@@ -100,6 +102,11 @@ class FogConfig(TomlSettings):
     eps_levels: list[float] = [1.0]
     x_min: float = 0.0
     x_max: float = Field(4000.0, gt=0)
+    # What the devices report until the control message says otherwise (it owns these):
+    # a mean mechanism, or "binary" (on/off above on_above) / "categorical" (band among `bands`).
+    device_mechanism: str = DEFAULT_MECHANISM
+    on_above: float = DEFAULT_ON_ABOVE
+    bands: list[float] = list(DEFAULT_BANDS)
     journal_path: Path = Path("var/fog.sqlite")
     metrics_port: int | None = Field(None, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"       # 0.0.0.0 in a container
@@ -130,6 +137,21 @@ class FogConfig(TomlSettings):
         if not v or any(not (e > 0) for e in v):
             raise ValueError("eps_levels must be a non-empty list of numbers > 0")
         return sorted(set(v))
+
+    @field_validator("device_mechanism")
+    @classmethod
+    def _mechanism(cls, v: str) -> str:
+        return check_mechanism(v)
+
+    @field_validator("bands")
+    @classmethod
+    def _bands(cls, v: list[float]) -> list[float]:
+        return check_bands(list(v))
+
+    @field_validator("on_above")
+    @classmethod
+    def _on_above(cls, v: float) -> float:
+        return check_finite("on_above", v)
 
     @model_validator(mode="after")
     def _range(self) -> "FogConfig":

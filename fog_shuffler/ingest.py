@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from edge_agent.categorical import choose_oracle
 from edge_agent.schema import MAX_REPORT_BYTES, Report
 
 REASONS = ("oversized", "bad_topic", "malformed_json", "wrong_type", "non_finite", "unknown_device",
@@ -43,6 +44,8 @@ class IngestRules:
     x_max: float
     lateness_periods: int          # how far behind the fog's clock a report's t may be
     max_bytes: int = MAX_REPORT_BYTES
+    mechanism: str = "br"          # what the devices report (edge_agent.mechanisms)
+    categories: int = 4            # categorical: len(bands) + 1
 
 
 def _has_non_finite(obj: dict) -> bool:
@@ -75,7 +78,20 @@ def validate(topic: str, payload: bytes, now_t: int, rules: IngestRules) -> Acce
         raise Rejected("t_out_of_range", f"t={rep.t} now={now_t}")
     if rep.eps not in rules.eps_levels:
         raise Rejected("eps_not_on_menu", f"eps={rep.eps}")
-    margin = PLAUSIBLE_SCALES * (rules.x_max - rules.x_min) / rep.eps
-    if not (rules.x_min - margin <= rep.y <= rules.x_max + margin):
+    if not possible_y(rep.y, rep.eps, rules):
         raise Rejected("implausible_y", f"y={rep.y}")
     return Accepted(region, device, rep.t, float(rep.y), float(rep.eps))
+
+
+def possible_y(y: float, eps: float, rules: IngestRules) -> bool:
+    """Whether the devices' mechanism can output y at eps: a bit for binary;
+    a category (kRR) or a k-bit mask (OUE), as choose_oracle picks, for
+    categorical; for mean mechanisms, within PLAUSIBLE_SCALES noise scales."""
+    if rules.mechanism == "binary":
+        return y in (0, 1)
+    if rules.mechanism == "categorical":
+        k = rules.categories
+        top = k if choose_oracle(k, eps) == "krr" else 1 << k
+        return y == int(y) and 0 <= y < top
+    margin = PLAUSIBLE_SCALES * (rules.x_max - rules.x_min) / eps
+    return rules.x_min - margin <= y <= rules.x_max + margin

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from fog_shuffler.ingest import REASONS
+from fog_shuffler.protocol import PROTOCOL_FIELDS
 
 
 class FogMetrics:
@@ -28,7 +29,7 @@ class FogMetrics:
         self.storage_ok.set(1)
         self.config_drift = Gauge("rase_fog_config_drift", "1 where the fog's own config disagrees with the "
                                   "control message it follows, by field", ["field"], registry=r)
-        for field in ("period_s", "epoch0", "eps_levels", "x_min", "x_max"):
+        for field in PROTOCOL_FIELDS:
             self.config_drift.labels(field).set(0)
         for reason in REASONS + ("internal", "control_invalid"):
             self.rejected.labels(reason)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_MECHANISM, DEFAULT_ON_ABOVE
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -21,13 +23,18 @@ class Protocol:
     eps_levels: tuple[float, ...]
     x_min: float
     x_max: float
+    mechanism: str = DEFAULT_MECHANISM     # the devices' mechanism (edge_agent.mechanisms)
+    on_above: float = DEFAULT_ON_ABOVE     # binary: on when the reading is above
+    bands: tuple[float, ...] = tuple(DEFAULT_BANDS)   # categorical: band edges
 
     @classmethod
     def from_control(cls, msg: dict, current: "Protocol") -> "Protocol":
         """From a parsed control message (edge_agent.wire.parse_control)."""
         return cls(period_s=float(msg["period_s"]), epoch0=float(msg.get("epoch0", current.epoch0)),
                    eps_levels=tuple(sorted(set(float(e) for e in msg["eps_levels"]))),
-                   x_min=float(msg["x_min"]), x_max=float(msg["x_max"]))
+                   x_min=float(msg["x_min"]), x_max=float(msg["x_max"]), mechanism=msg.get("mechanism", DEFAULT_MECHANISM),
+                   on_above=float(msg.get("on_above", DEFAULT_ON_ABOVE)),
+                   bands=tuple(msg.get("bands", DEFAULT_BANDS)))
 
     def differences(self, other: "Protocol") -> dict[str, tuple]:
         """field -> (self's value, other's value) where they differ."""
@@ -36,6 +43,9 @@ class Protocol:
 
     def t_of(self, unix_s: float) -> int:
         return int((unix_s - self.epoch0) // self.period_s)
+
+
+PROTOCOL_FIELDS = tuple(f.name for f in fields(Protocol))
 
 
 class ProtocolFollower:

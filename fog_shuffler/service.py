@@ -22,7 +22,7 @@ from edge_agent import wire
 from fog_shuffler.amplification import conservative_n, window_guarantee
 from fog_shuffler.config import FogConfig
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
-from fog_shuffler.protocol import Protocol, ProtocolFollower
+from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower
 from fog_shuffler.journal import Journal
 from fog_shuffler.metrics import FogMetrics
 from fog_shuffler.randomness import window_rng
@@ -40,6 +40,12 @@ BATCH = 5000
 LARGE_WINDOW = 20_000  # shuffle in a worker thread above this many reports
 
 
+def rules_for(rules: IngestRules, p: Protocol) -> IngestRules:
+    """The ingest rules under protocol parameters p."""
+    return dataclasses.replace(rules, eps_levels=p.eps_levels, x_min=p.x_min, x_max=p.x_max, mechanism=p.mechanism,
+                               categories=len(p.bands) + 1)
+
+
 class FogService:
     def __init__(self, cfg: FogConfig, *, clock=None, sink: WindowSink | None = None,
                  metrics: FogMetrics | None = None):
@@ -48,13 +54,14 @@ class FogService:
         self.metrics = metrics or FogMetrics()
         self.graphs = {r: rc.graph() for r, rc in cfg.regions.items()}
         registered = {r: rc.all_devices() for r, rc in cfg.regions.items()}
-        self.rules = IngestRules(devices={d: r for r, ds in registered.items() for d in ds},
-                                 eps_levels=tuple(cfg.eps_levels), x_min=cfg.x_min, x_max=cfg.x_max,
-                                 lateness_periods=cfg.lateness_periods)
         self.windows = WindowManager(registered=registered, k_min=cfg.k_min, lateness_periods=cfg.lateness_periods)
         # The retained control message owns the protocol parameters; the fog follows it.
-        self.protocol = ProtocolFollower(Protocol(cfg.period_s, cfg.epoch0, tuple(cfg.eps_levels), cfg.x_min,
-                                                  cfg.x_max), grace_periods=cfg.lateness_periods + 2)
+        own = Protocol(cfg.period_s, cfg.epoch0, tuple(cfg.eps_levels), cfg.x_min, cfg.x_max,
+                       mechanism=cfg.device_mechanism, on_above=cfg.on_above, bands=tuple(cfg.bands))
+        self.protocol = ProtocolFollower(own, grace_periods=cfg.lateness_periods + 2)
+        self.rules = rules_for(IngestRules(devices={d: r for r, ds in registered.items() for d in ds},
+                                           eps_levels=own.eps_levels, x_min=own.x_min, x_max=own.x_max,
+                                           lateness_periods=cfg.lateness_periods), own)
         self.controls: queue.SimpleQueue = queue.SimpleQueue()
         self.params = cfg.shuffler.params()
         self.journal = Journal(cfg.journal_path)
@@ -132,11 +139,11 @@ class FogService:
         if not changed:
             return
         cur = self.protocol.current
-        self.rules = dataclasses.replace(self.rules, eps_levels=cur.eps_levels, x_min=cur.x_min, x_max=cur.x_max)
+        self.rules = rules_for(self.rules, cur)
         log.info("fog follows the control message from t=%d: %s", now_t,
                  ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
         drift = self.protocol.drift()
-        for field in ("period_s", "epoch0", "eps_levels", "x_min", "x_max"):
+        for field in PROTOCOL_FIELDS:
             self.metrics.config_drift.labels(field).set(1 if field in drift else 0)
         if drift:
             log.warning("the fog's config disagrees with the control message (%s); following the control "
@@ -154,8 +161,7 @@ class FogService:
             first = err
         for old in self.protocol.candidates(now_t)[1:]:
             try:
-                return validate(msg.topic, msg.payload, now_t, dataclasses.replace(
-                    self.rules, eps_levels=old.eps_levels, x_min=old.x_min, x_max=old.x_max))
+                return validate(msg.topic, msg.payload, now_t, rules_for(self.rules, old))
             except Rejected:
                 pass
         raise first

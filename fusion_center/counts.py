@@ -64,3 +64,25 @@ def count_estimate(ones: int, n: int, p: float, level: float = 0.95) -> Estimate
     value = (ones - n * p / 2) / (1 - p)
     half = _z(level) * math.sqrt(count_variance(n, p))
     return Estimate(value, max(0.0, value - half), min(float(n), value + half), n)
+
+
+def on_count(bits_by_level: dict[float, np.ndarray], level: float = 0.95) -> Estimate:
+    """Unbiased count of devices that are on, from the reports of each eps
+    level (the `binary` mechanism: p = flip_fraction(eps) / DEFAULT_DEN, as
+    the device draws it). Levels are independent: values and variances add;
+    the interval is clipped to [0, n]."""
+    value, var, n = 0.0, 0.0, 0
+    for eps, bits in bits_by_level.items():
+        b = np.asarray(bits, dtype=np.float64)
+        if b.size == 0:
+            continue
+        if not np.all((b == 0) | (b == 1)):
+            raise ValueError("binary reports must be 0 or 1")
+        p = flip_fraction(eps) / DEFAULT_DEN
+        value += (float(b.sum()) - b.size * p / 2) / (1 - p)
+        var += count_variance(b.size, p)
+        n += b.size
+    if n == 0:
+        raise ValueError("no reports")
+    half = _z(level) * math.sqrt(var)
+    return Estimate(value, max(0.0, value - half), min(float(n), value + half), n)

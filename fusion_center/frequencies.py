@@ -31,10 +31,10 @@ def krr_counts(reports, k: int) -> np.ndarray:
 
 def oue_counts(masks, k: int) -> np.ndarray:
     """Per category, how many reports have its bit set."""
-    m = [int(v) for v in masks]
-    if not m or any(v < 0 or v >> k for v in m):
+    m = np.asarray(masks, dtype=np.int64)
+    if m.ndim != 1 or m.size == 0 or m.min() < 0 or (m >> k).any():
         raise ValueError(f"OUE reports must be a non-empty list of {k}-bit masks")
-    return np.array([sum((v >> j) & 1 for v in m) for j in range(k)], dtype=np.int64)
+    return np.array([int(((m >> j) & 1).sum()) for j in range(k)], dtype=np.int64)
 
 
 def _debias(counts, n: int, hit: float, q: float, level: float) -> list[Estimate]:
@@ -72,3 +72,36 @@ def frequency_variance(oracle: str, k: int, eps: float, n: int = 1) -> float:
     if oracle == "oue":
         return 4 * e / ((e - 1) ** 2 * n)
     raise ValueError(f"oracle must be 'krr' or 'oue', got {oracle!r}")
+
+
+def band_frequencies(reports_by_level: dict[float, np.ndarray], k: int, level: float = 0.95) -> list[Estimate]:
+    """Debiased frequency of each of k categories from the reports of each eps
+    level (the `categorical` mechanism: kRR or OUE as choose_oracle picks, at
+    the probabilities the device draws). Per-level estimates are combined
+    weighted by their report counts, which keeps them unbiased; variances
+    combine with the squared weights."""
+    from edge_agent.categorical import DEFAULT_DEN, choose_oracle, krr_keep_fraction, oue_flip_fraction
+
+    n = sum(int(np.asarray(r).size) for r in reports_by_level.values())
+    if n == 0:
+        raise ValueError("no reports")
+    value = np.zeros(k)
+    var = np.zeros(k)
+    for eps, reports in reports_by_level.items():
+        r = np.asarray(reports, dtype=np.float64)
+        m = r.size
+        if m == 0:
+            continue
+        if choose_oracle(k, eps) == "krr":
+            hit = krr_keep_fraction(eps, k) / DEFAULT_DEN
+            q = (1 - hit) / (k - 1)
+            counts = krr_counts(r.astype(np.int64), k)
+        else:
+            hit, q = 0.5, oue_flip_fraction(eps) / DEFAULT_DEN
+            counts = oue_counts(r.astype(np.int64), k)
+        f = (counts / m - q) / (hit - q)
+        fc = np.clip(f, 0.0, 1.0)
+        value += m / n * f
+        var += (m / n) ** 2 * (fc * hit * (1 - hit) + (1 - fc) * q * (1 - q)) / (m * (hit - q) ** 2)
+    half = _z(level) * np.sqrt(var)
+    return [Estimate(float(v), max(0.0, float(v - h)), min(1.0, float(v + h)), n) for v, h in zip(value, half)]

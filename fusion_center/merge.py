@@ -8,9 +8,12 @@ import numpy as np
 from fog_shuffler.schema import WindowMessage
 from fusion_center.estimators import (Estimate, bootstrap_counts, br_corrected, mle, sample_mean, unbiased_mean,
                                       windowed)
-from fusion_center.schema import Aggregate, EstimateOut, PrecisionControl, WindowedOut
+from fusion_center.counts import on_count
+from fusion_center.frequencies import band_frequencies
+from fusion_center.schema import (BINARY_MEANING, CATEGORICAL_MEANING, Aggregate, EstimateOut, PrecisionControl,
+                                  WindowedOut)
 
-ESTIMATORS = ("mean", "bs", "se", "mle")
+ESTIMATORS = ("mean", "bs", "se", "mle", "count")   # every name an aggregate's estimates may carry
 
 
 class TimestampMerger:
@@ -53,24 +56,39 @@ def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl,
     z = np.concatenate([np.asarray(w.values, dtype=np.float64) for w in windows])
     eps = np.concatenate([np.asarray(w.eps_per_value(), dtype=np.float64) for w in windows])
     cal = precision.calibration()
-    lam = cal.delta / eps
-    if precision.mechanism == "br":
-        # BR clamps below eps_star: each clamped report is replaced by its exact conditional expectation.
-        corrected = br_corrected(z, eps, cal)
-        mean = unbiased_mean(z, eps, cal, level)
-        clamped = bool(np.any(eps < cal.eps_star))
+    extra: dict = {"mechanism": precision.mechanism}
+    clamped, at_bound = False, 0.0
+    if precision.mechanism in ("binary", "categorical"):
+        by_level = {float(e): z[eps == e] for e in np.unique(eps)}
+        if precision.mechanism == "binary":
+            count = on_count(by_level, level)
+            n = count.n
+            est = {"count": count, "mean": Estimate(count.value / n, count.lo / n, count.hi / n, n)}
+            extra["what"] = BINARY_MEANING
+        else:
+            freqs = band_frequencies(by_level, len(precision.bands) + 1, level)
+            est = {}
+            extra["what"] = CATEGORICAL_MEANING
+            extra["frequencies"] = [EstimateOut(value=e.value, ci=(e.lo, e.hi), n=e.n) for e in freqs]
     else:
-        # Duchi, Piecewise and Hybrid reports are each unbiased for the clipped reading already.
-        corrected, mean, clamped = z, sample_mean(z, level), False
-    est = {"mean": mean, "bs": bootstrap_counts(corrected, bootstrap_b, level, rng=rng, step=cal.gamma,
-                                                origin=cal.x_min),
-           "se": sample_mean(z, level), "mle": mle(z, lam, level)}
-    at_bound = float(np.mean((z == cal.x_min) | (z == cal.x_max)))
+        lam = cal.delta / eps
+        if precision.mechanism == "br":
+            # BR clamps below eps_star: each clamped report is replaced by its exact conditional expectation.
+            corrected = br_corrected(z, eps, cal)
+            mean = unbiased_mean(z, eps, cal, level)
+            clamped = bool(np.any(eps < cal.eps_star))
+        else:
+            # Duchi, Piecewise and Hybrid reports are each unbiased for the clipped reading already.
+            corrected, mean = z, sample_mean(z, level)
+        est = {"mean": mean, "bs": bootstrap_counts(corrected, bootstrap_b, level, rng=rng, step=cal.gamma,
+                                                    origin=cal.x_min),
+               "se": sample_mean(z, level), "mle": mle(z, lam, level)}
+        at_bound = float(np.mean((z == cal.x_min) | (z == cal.x_max)))
     win: dict[str, dict[str, WindowedOut]] = {}
     hist = history or {}
     for w in windows_w:
         per = {}
-        for name in ESTIMATORS:
+        for name in est:
             series = dict(hist.get(name, {}))
             series[t] = est[name]
             per[name] = WindowedOut(**windowed(series, t, w, level))
@@ -80,5 +98,5 @@ def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl,
                for w in windows for b in w.batches]
     agg = Aggregate(t=t, n=int(z.size), regions=regions, complete=known_regions <= set(regions), level=level,
                     estimates={k: EstimateOut(value=e.value, ci=(e.lo, e.hi), n=e.n) for k, e in est.items()},
-                    clamped=clamped, share_at_bound=at_bound, windowed=win, privacy=privacy)
+                    clamped=clamped, share_at_bound=at_bound, windowed=win, privacy=privacy, **extra)
     return agg, est

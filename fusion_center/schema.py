@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
-from edge_agent.randomizer import Calibration
+from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_MECHANISM, DEFAULT_ON_ABOVE, check_bands, check_mechanism
+from edge_agent.randomizer import Calibration, check_finite
 
 CONTROL_TOPIC = "rase/v1/control/precision"
 AGGREGATE_LATEST_TOPIC = "rase/v1/aggregates/latest"
@@ -31,13 +31,19 @@ class PrecisionControl(BaseModel):
     epoch0: float = 0.0
     eps_levels: list[float] = [1.0]
     # The device mechanism of the whole deployment (edge_agent.mechanisms):
-    # "br" = the paper's BR (default), "duchi", "piecewise", "hybrid".
+    # "br" = the paper's BR (default), "duchi", "piecewise", "hybrid" for the
+    # mean; "binary" (on when the reading > on_above; randomized response) and
+    # "categorical" (the reading's band among the `bands` edges; kRR or OUE).
     mechanism: str = DEFAULT_MECHANISM
+    on_above: float = DEFAULT_ON_ABOVE
+    bands: list[float] = list(DEFAULT_BANDS)
 
     @model_validator(mode="after")
     def _valid(self) -> "PrecisionControl":
         self.calibration()  # the device's own rules, so both sides agree
         check_mechanism(self.mechanism)
+        check_finite("on_above", self.on_above)
+        check_bands(list(self.bands))
         if not self.eps_levels or any(not (e > 0) for e in self.eps_levels):
             raise ValueError("eps_levels must be a non-empty list of numbers > 0")
         return self
@@ -68,7 +74,16 @@ ESTIMATE_MEANING = {
     "se": "the paper's sample mean of the reports: the mean of the CLAMPED reports, biased when clamped",
     "mle": "the paper's weighted median (eq. 14) of the noisy reports: near the readings' median, not their mean",
 }
-EstimatorName = Literal["mean", "bs", "se", "mle"]
+BINARY_MEANING = {
+    "count": "unbiased count of devices that are on (reading > on_above), (S - n p/2) / (1 - p) summed over eps "
+             "levels; normal interval from its exact variance, clipped to [0, n]",
+    "mean": "share of devices that are on: count / n, with the count's interval / n",
+}
+CATEGORICAL_MEANING = {
+    "frequencies": "per band (category j: bands[j-1] <= reading < bands[j]): unbiased share of devices in it, "
+                   "kRR or OUE debiased; normal intervals clipped to [0, 1]",
+}
+EstimatorName = Literal["mean", "bs", "se", "mle", "count"]
 
 
 class Aggregate(BaseModel):
@@ -83,7 +98,10 @@ class Aggregate(BaseModel):
     complete: bool                       # every known region contributed
     level: float                         # confidence level of the intervals
     estimates: dict[EstimatorName, EstimateOut]
-    what: dict[EstimatorName, str] = ESTIMATE_MEANING   # what each estimate estimates
+    what: dict[str, str] = ESTIMATE_MEANING   # what each estimate estimates
+    mechanism: str = DEFAULT_MECHANISM        # the devices' mechanism these reports came from
+    # categorical: per band, the share of devices in it (see what["frequencies"]).
+    frequencies: list[EstimateOut] = []
     clamped: bool                        # some reports came from the clamp branch: SE is biased, mean is not
     share_at_bound: float                # share of reports exactly at x_min or x_max
     windowed: dict[str, dict[EstimatorName, WindowedOut]] = {}

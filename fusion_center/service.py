@@ -198,7 +198,7 @@ class FusionService:
                 self.metrics.show_estimates(est)
                 if not agg.complete:
                     self.metrics.incomplete.inc()
-                for name in ESTIMATORS:
+                for name in est:
                     self.history[name][t] = est[name]
                     cutoff = t - max(self.cfg.windows_w, default=0)
                     for old in [k for k in self.history[name] if k <= cutoff]:

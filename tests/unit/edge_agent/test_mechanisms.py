@@ -196,9 +196,9 @@ def test_quantize_clips_and_rounds_to_the_full_range_grid():
 
 def test_make_randomizer_names_and_rejects_unknown():
     cal = Calibration()
-    assert MECHANISMS == ("br", "duchi", "piecewise", "hybrid")
+    assert MECHANISMS == ("br", "duchi", "piecewise", "hybrid", "binary", "categorical")
     assert isinstance(make_randomizer("br", cal), BudgetRandomizer)
-    for m in BOUNDED:
+    for m in BOUNDED + ("binary", "categorical"):
         assert make_randomizer(m, cal).mechanism == m
     with pytest.raises(ValueError, match="mechanism"):
         make_randomizer("laplace", cal)
