@@ -114,10 +114,11 @@ class OptimizedUnaryEncoding:
 
 
 def band_of(x, bands):
-    """Category of reading x: the number of band edges it reaches (0 .. len(bands))."""
+    """Category of reading x: how many band edges it is above (0 .. len(bands)).
+    Upper edges are inclusive, as for on/off: at 10 W with edges (10, ..) it is off."""
     c = 0
     for b in bands:
-        if x >= b:
+        if x > b:
             c += 1
         else:
             break

@@ -80,7 +80,7 @@ BINARY_MEANING = {
     "mean": "share of devices that are on: count / n, with the count's interval / n",
 }
 CATEGORICAL_MEANING = {
-    "frequencies": "per band (category j: bands[j-1] <= reading < bands[j]): unbiased share of devices in it, "
+    "frequencies": "per band (category j: bands[j-1] < reading <= bands[j]): unbiased share of devices in it, "
                    "kRR or OUE debiased; normal intervals clipped to [0, 1]",
 }
 EstimatorName = Literal["mean", "bs", "se", "mle", "count"]

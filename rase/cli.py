@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_ON_ABOVE, MECHANISMS, check_bands
 from rase_common.settings import ConfigError
 
 
@@ -138,10 +139,26 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   f"({datetime.fromtimestamp(epoch0, timezone.utc):%Y-%m-%d %H:%M:%S} .. "
                   f"{datetime.fromtimestamp(last, timezone.utc):%Y-%m-%d %H:%M:%S} UTC)", file=sys.stderr)
             return 2
+    try:
+        bands = [float(b) for b in args.bands.split(",")]
+        check_bands(bands)
+    except ValueError as err:
+        print(f"rase replay: --bands: {err}", file=sys.stderr)
+        return 2
+    if args.central_eps is not None:
+        if args.mechanism != "binary":
+            print("rase replay: --central-eps applies to --mechanism binary", file=sys.stderr)
+            return 2
+        from fusion_center.counts import rr_flip_for_central
+        n_dev = sum(len(h.device_ids()) for h in houses) * args.clone
+        choice = rr_flip_for_central(args.central_eps, 1e-6, n_dev)
+        args.eps = choice.eps0
+        print(f"binary: eps {choice.eps0:.4g} per report (flip p = {choice.p:.4f}) makes each shuffled window of "
+              f"{n_dev} reports ({choice.central_eps:.4g}, 1e-6)-DP")
     spec = PipelineSpec(data_dir=data, houses=args.houses, hours=args.hours, start_offset_s=offset, eps=args.eps,
                         period_s=args.period, clone=args.clone, broker_url=args.broker,
                         speedup=None if args.fast or args.speedup is None else args.speedup,
-                        device_mechanism=args.mechanism,
+                        device_mechanism=args.mechanism, on_above=args.on_above, bands=bands,
                         work_dir=Path(args.out).parent / (Path(args.out).stem + ".state"))
     result = asyncio.run(run_pipeline(spec))
     write_jsonl(result, Path(args.out))
@@ -235,7 +252,25 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
 def _eval_counts(args: argparse.Namespace, data: Path, out: Path) -> int:
     import json
 
-    from simulators.evaluation import LOAD_CLASS_EDGES_W, ON_THRESHOLD_W, reports_errors_from_simulation
+    from simulators.evaluation import (LOAD_CLASS_EDGES_W, ON_THRESHOLD_W, kinds_from_replays,
+                                       reports_errors_from_simulation)
+
+    if args.replay:
+        try:
+            rows = kinds_from_replays(data, [Path(p) for p in args.replay])
+        except ValueError as err:
+            print(f"rase eval counts: {err}", file=sys.stderr)
+            return 2
+        print("binary: count of devices on; categorical: share of devices per band. Against the truth from the "
+              "CSVs, over the timestamps where every device with a reading reported; 95% intervals")
+        print(f"{'kind':>12} {'eps':>7} {'devices':>8} {'timestamps':>11} {'MAE':>9} {'bias':>9} {'(se)':>7} "
+              f"{'coverage':>9}")
+        for r in rows:
+            print(f"{r['mechanism']:>12} {r['eps']:>7.4g} {r['devices']:>8} {r['timestamps']:>11} {r['mae']:>9.4f} "
+                  f"{r['bias']:>9.4f} {r['bias_se']:>7.4f} {r['coverage']:>9.3f}")
+        (out / "kinds.json").write_text(json.dumps(rows, indent=1))
+        print(f"written: {out / 'kinds.json'}")
+        return 0
 
     eps_list = [float(e) for e in args.eps.split(",")]
     res = reports_errors_from_simulation(data, args.houses, eps_list, hours=args.hours, seed=args.seed)
@@ -392,8 +427,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--clone", type=int, default=1, help="copies of each device, shifted by an hour each")
     r.add_argument("--period", type=float, default=8.0, help="period_s")
     r.add_argument("--broker", help="mqtt://host:port (default: an embedded broker)")
-    r.add_argument("--mechanism", default="br", choices=["br", "duchi", "piecewise", "hybrid"],
-                   help="the devices' randomizer, broadcast in the control message (default: the paper's BR)")
+    r.add_argument("--mechanism", default="br", choices=list(MECHANISMS),
+                   help="the devices' randomizer, broadcast in the control message (default: the paper's BR); "
+                        "binary: on/off counts, categorical: load-band frequencies")
+    r.add_argument("--on-above", type=float, default=DEFAULT_ON_ABOVE, help="binary: on above this many W")
+    r.add_argument("--bands", default=",".join(f"{b:g}" for b in DEFAULT_BANDS),
+                   help="categorical: band edges in W, e.g. 10,100,1000")
+    r.add_argument("--central-eps", type=float,
+                   help="binary: pick each report's eps so the shuffled window is (this eps, 1e-6)-DP "
+                        "(numerical FMT bound at n = the number of devices); overrides --eps")
     r.add_argument("--out", required=True, help="JSON lines: parameters, then one line per timestamp")
     r.set_defaults(func=cmd_replay)
 
@@ -420,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--windows", type=int, nargs="+", default=[64], help="utility: windowed w")
     ev.add_argument("--bootstrap-b", type=int, default=1000)
     ev.add_argument("--clone", type=int, default=1, help="utility: copies of each device (n = 45 x clone)")
-    ev.add_argument("--replay", nargs="+", help="utility: score these `rase replay` outputs instead")
+    ev.add_argument("--replay", nargs="+", help="utility, counts: score these `rase replay` outputs instead")
     ev.add_argument("--eps-attack", type=float, default=1.0, help="attack: eps per report")
     ev.add_argument("--alpha", type=float, default=2.0,
                     help="attack: shuffle privacy alpha (default: the fog's; the papers' setting is 30)")

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_agent.entropy import RandomBits
+from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 from edge_agent.randomizer import BudgetRandomizer, Calibration
 from fusion_center.estimators import bootstrap, bootstrap_counts, br_corrected, mle, sample_mean, unbiased_mean
 from simulators.pipeline import Device, fleet, truth
@@ -243,13 +244,14 @@ def plot_utility(res: UtilityResult, windows_w: tuple[int, ...], path: Path) -> 
 # (edge_agent.binary_rr, edge_agent.categorical); the fusion center's
 # estimators are scored against the truth per timestamp.
 
-ON_THRESHOLD_W = 10.0
-LOAD_CLASS_EDGES_W = (10.0, 100.0, 1000.0)
+ON_THRESHOLD_W = DEFAULT_ON_ABOVE                  # the devices' defaults, so offline and replay agree
+LOAD_CLASS_EDGES_W = tuple(DEFAULT_BANDS)
 
 
-def load_classes(x: np.ndarray) -> np.ndarray:
-    """Class 0..len(edges) of each reading, upper edges inclusive (NaN stays NaN)."""
-    out = np.digitize(x, LOAD_CLASS_EDGES_W, right=True).astype(float)   # <= 10 W is off, as for on/off
+def load_classes(x: np.ndarray, edges=LOAD_CLASS_EDGES_W) -> np.ndarray:
+    """Class 0..len(edges) of each reading, upper edges inclusive as on the
+    device (edge_agent.categorical.band_of; NaN stays NaN)."""
+    out = np.digitize(x, edges, right=True).astype(float)   # <= 10 W is off, as for on/off
     out[np.isnan(x)] = np.nan
     return out
 
@@ -337,3 +339,48 @@ def reports_errors_from_simulation(data_dir: Path, houses: list[int], eps_list, 
     x = _refit_matrix(data_dir, houses, hours)
     return {"devices": int(x.shape[0]), "timestamps": int(x.shape[1]),
             "counts": count_errors(x, eps_list, seed=seed), "frequencies": frequency_errors(x, eps_list, seed=seed)}
+
+
+def kinds_from_replays(data_dir: Path, paths: list[Path]) -> list[dict]:
+    """Errors of binary and categorical `rase replay` outputs against the truth
+    recomputed from the CSVs: per timestamp, among the devices with a reading,
+    how many are on (reading > on_above) and the share in each band."""
+    out = []
+    for p in paths:
+        lines = Path(p).read_text().splitlines()
+        params = json.loads(lines[0])["params"]
+        mech = params.get("device_mechanism", "br")
+        if mech not in ("binary", "categorical"):
+            raise ValueError(f"{p}: a {mech!r} replay; `rase eval utility --replay` scores mean replays")
+        rows = [json.loads(line) for line in lines[1:]]
+        hs = [load_house(data_dir, h) for h in params["houses"]]
+        devices = fleet(hs, params["clone"], 3600.0)
+        t0, n_t = params["t_start"], params["timestamps"]
+        x = readings_matrix(devices, params["epoch0"], params["period_s"], t0, n_t)
+        present = (~np.isnan(x)).sum(axis=0)
+        err, bias, cover, n_mismatch = [], [], [], 0
+        for r in rows:
+            j = r["t"] - t0
+            col = x[:, j][~np.isnan(x[:, j])]
+            if r["n"] != present[j]:
+                n_mismatch += 1          # a report lost or late: the truth is over other devices
+                continue
+            if mech == "binary":
+                true = [float((col > params["on_above"]).sum())]
+                got = [r["estimates"]["count"]]
+            else:
+                classes = load_classes(col, params["bands"]).astype(int)
+                true = list(np.bincount(classes, minlength=len(params["bands"]) + 1) / col.size)
+                got = r["frequencies"]
+            for e, tv in zip(got, true):
+                err.append(abs(e["value"] - tv))
+                bias.append(e["value"] - tv)
+                cover.append(e["ci"][0] <= tv <= e["ci"][1])
+        out.append({"mechanism": mech, "eps": params["eps"], "devices": params["devices"],
+                    "timestamps": len(rows) - n_mismatch, "n_mismatch": n_mismatch,
+                    "estimates": len(err), "mae": float(np.mean(err)) if err else None,
+                    "bias": float(np.mean(bias)) if bias else None,
+                    "bias_se": float(np.std(bias) / math.sqrt(len(bias))) if bias else None,
+                    "coverage": float(np.mean(cover)) if cover else None,
+                    "on_above": params.get("on_above"), "bands": params.get("bands")})
+    return out

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_agent.config import AgentConfig
+from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 from edge_agent.service import AgentService, build_core
 from fog_shuffler.config import FogConfig
 from fog_shuffler.service import FogService
@@ -61,6 +62,8 @@ class PipelineSpec:
     progress: bool = True
     speedup: float | None = None         # None: --fast (manual clock); else simulated time this many times real
     device_mechanism: str = "br"         # the deployment's device mechanism, broadcast in the control message
+    on_above: float = DEFAULT_ON_ABOVE   # binary: an appliance above this many W is on
+    bands: list[float] = field(default_factory=lambda: list(DEFAULT_BANDS))   # categorical: band edges in W
 
 
 @dataclass
@@ -187,7 +190,7 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
     start = epoch0 + t0 * spec.period_s
     clock = ManualClock(start) if spec.speedup is None else ScaledClock(start, spec.speedup)
     precision = PrecisionControl(x_min=spec.x_min, x_max=spec.x_max, gamma=spec.gamma, period_s=spec.period_s,
-                                 mechanism=spec.device_mechanism,
+                                 mechanism=spec.device_mechanism, on_above=spec.on_above, bands=spec.bands,
                                  epoch0=epoch0, eps_levels=[spec.eps])
     params = {"period_s": spec.period_s, "epoch0": epoch0, "t_start": t0, "timestamps": n_t,
               "houses": spec.houses, "devices": len(devices), "clone": spec.clone, "eps": spec.eps,
@@ -195,7 +198,7 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
               "mechanism": {"alpha": spec.alpha, "group_size": spec.group_size,
                             "mallows_delta_range": [spec.alpha, 10 * spec.alpha]},
               "bootstrap_b": spec.bootstrap_b, "windows_w": spec.windows_w,
-              "device_mechanism": spec.device_mechanism}
+              "device_mechanism": spec.device_mechanism, "on_above": spec.on_above, "bands": spec.bands}
     broker_ctx = EmbeddedBroker() if spec.broker_url is None else None
     if broker_ctx is not None:
         await broker_ctx.__aenter__()
@@ -209,6 +212,8 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
                                     period_s=spec.period_s, epoch0=epoch0, k_min=spec.k_min,
                                     lateness_periods=spec.lateness_periods, eps_levels=[spec.eps],
                                     x_min=spec.x_min, x_max=spec.x_max, journal_path=work / "fog.sqlite",
+                                    device_mechanism=spec.device_mechanism, on_above=spec.on_above,
+                                    bands=spec.bands,
                                     tick_s=0.005, broker=b,
                                     # the papers' Mallows range, matching params["mechanism"] (the fog's own
                                     # default since issue 12 is alpha 2, delta_max_factor 20)
@@ -276,4 +281,5 @@ def write_jsonl(result: PipelineResult, path: Path) -> None:
         f.write(json.dumps({"params": result.params}) + "\n")
         for a in result.aggregates:
             f.write(json.dumps({"t": a["t"], "n": a["n"], "estimates": a["estimates"], "clamped": a["clamped"],
-                                "share_at_bound": a["share_at_bound"], "windowed": a["windowed"]}) + "\n")
+                                "share_at_bound": a["share_at_bound"], "windowed": a["windowed"],
+                                "frequencies": a.get("frequencies", [])}) + "\n")

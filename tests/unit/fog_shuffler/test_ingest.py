@@ -73,3 +73,27 @@ def test_arbitrary_payloads_are_accepted_or_rejected_with_a_reason(payload, topi
     else:
         # Whatever got through is a well-formed, plausible report.
         assert isinstance(rep, Accepted) and rep.eps in RULES.eps_levels and 99 <= rep.t <= 101
+
+
+@pytest.mark.parametrize("mechanism,categories,eps,y,ok", [
+    ("binary", 4, 1.0, 0, True), ("binary", 4, 1.0, 1, True), ("binary", 4, 1.0, 0.5, False),
+    ("binary", 4, 1.0, 2, False), ("binary", 4, 1.0, -1, False),
+    ("categorical", 4, 1.0, 3, True), ("categorical", 4, 1.0, 4, False),       # kRR at k 4, eps 1
+    ("categorical", 4, 1.0, 1.5, False), ("categorical", 4, 1.0, -1, False),
+    ("categorical", 16, 0.5, (1 << 16) - 1, True), ("categorical", 16, 0.5, 1 << 16, False),  # OUE masks
+    ("br", 4, 1.0, 4000.0 * 52, False), ("br", 4, 1.0, -10.0, True),
+])
+def test_y_must_be_an_output_of_the_devices_mechanism(mechanism, categories, eps, y, ok):
+    from fog_shuffler.ingest import possible_y
+    rules = IngestRules(devices={}, eps_levels=(eps,), x_min=0.0, x_max=4000.0, lateness_periods=1,
+                        mechanism=mechanism, categories=categories)
+    assert possible_y(y, eps, rules) is ok
+
+
+def test_a_binary_deployment_rejects_a_mean_report():
+    rules = IngestRules(devices={"d1": "r1"}, eps_levels=(1.0,), x_min=0.0, x_max=4000.0, lateness_periods=1,
+                        mechanism="binary")
+    assert validate(TOPIC, good(y=1), 100, rules).y == 1.0
+    with pytest.raises(Rejected) as e:
+        validate(TOPIC, good(y=12.0), 100, rules)
+    assert e.value.reason == "implausible_y"
