@@ -68,17 +68,14 @@ class ShufflerConfig(BaseModel):
     delta_max_factor: float = Field(PROTECTIVE_DELTA_MAX_FACTOR, gt=0)
     k: int | None = Field(None, ge=1)
     group_size: int | None = Field(9, ge=1)
-    # "rs" (RASE's RS), "dsigma" (Meehan Alg. 1 alone). "buds" (iterative
-    # batch shuffling) is implemented in fog_shuffler.robust_shuffler but the
-    # window schema does not carry mechanism "buds" yet, so the fog refuses it.
+    # "rs" (RASE's RS), "dsigma" (Meehan Alg. 1 alone), "buds" (BUDS's
+    # iterative shuffling: batches of about buds_batch_size over sigma_0, each
+    # shuffled uniformly; the window states the amplification of its smallest batch).
     shuffle_mode: Literal["rs", "dsigma", "buds"] = "rs"
     buds_batch_size: int = Field(32, ge=2)
 
     @model_validator(mode="after")
     def _valid(self) -> "ShufflerConfig":
-        if self.shuffle_mode == "buds":
-            raise ValueError("shuffle_mode 'buds' is not served by the fog yet (the window message has no "
-                             "'buds' mechanism); use fog_shuffler.robust_shuffler.shuffle_window directly")
         self.params()
         return self
 

@@ -7,6 +7,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from fog_shuffler.ingest import REASONS
 from fog_shuffler.protocol import PROTOCOL_FIELDS
 
+WINDOW_MECHANISMS = ("mallows", "uniform", "buds")   # how a forwarded window was shuffled
+
 
 class FogMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
@@ -33,7 +35,7 @@ class FogMetrics:
             self.config_drift.labels(field).set(0)
         for reason in REASONS + ("internal", "control_invalid"):
             self.rejected.labels(reason)
-        for mech in ("mallows", "uniform"):
+        for mech in WINDOW_MECHANISMS:
             self.forwarded.labels(mech)
 
     def value(self, name: str, **labels: str) -> float:
@@ -44,10 +46,8 @@ class FogMetrics:
     def summary(self) -> dict[str, int]:
         """The counts a run report shows."""
         v = self.value
-        return {"windows_forwarded": int(v("windows_forwarded", mechanism="mallows")
-                                         + v("windows_forwarded", mechanism="uniform")),
-                "mallows": int(v("windows_forwarded", mechanism="mallows")),
-                "uniform": int(v("windows_forwarded", mechanism="uniform")),
+        by_mech = {m: int(v("windows_forwarded", mechanism=m)) for m in WINDOW_MECHANISMS}
+        return {"windows_forwarded": sum(by_mech.values()), **by_mech,
                 "windows_suppressed": int(v("windows_suppressed")),
                 "rejected": int(sum(v("reports_rejected", reason=r) for r in REASONS)),
                 "late": int(v("reports_late")), "accepted": int(v("reports_accepted"))}

@@ -15,9 +15,8 @@ and the fog's other shuffle modes (SPEC 2.4):
   DP bound (it turns negative, as the paper itself notes for CIS).
 
 Pure: device ids and values in, an emission order and public metadata out.
-`robust_shuffle` runs the modes whose output the window schema carries today
-("rs", "dsigma": mechanism "mallows" or "uniform"); `shuffle_window` runs all
-three ("buds" windows need the schema to accept mechanism "buds").
+`robust_shuffle` runs "rs" and "dsigma" (mechanism "mallows" or "uniform");
+`shuffle_window`, which the fog calls, runs all three.
 """
 
 from __future__ import annotations

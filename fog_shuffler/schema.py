@@ -43,11 +43,13 @@ class WindowCounts(BaseModel):
 
 
 class LevelBatch(BaseModel):
-    """The reports of one eps level, shuffled on their own (RS or uniform)."""
+    """The reports of one eps level, shuffled on their own: a Mallows order
+    (RS, d_sigma), a uniform one, or BUDS batches (`groups` = the batches,
+    each shuffled uniformly)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     eps: StrictFloat | StrictInt = Field(ge=MIN_EPS, le=MAX_EPS)
     values: list[StrictFloat | StrictInt] = Field(min_length=1, max_length=MAX_WINDOW_REPORTS)
-    mechanism: Literal["mallows", "uniform"]
+    mechanism: Literal["mallows", "uniform", "buds"]
     theta: float | None = None
     delta_k: StrictInt = Field(ge=0)
     omega: StrictInt = Field(ge=0)

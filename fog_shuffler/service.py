@@ -26,7 +26,7 @@ from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower
 from fog_shuffler.journal import Journal
 from fog_shuffler.metrics import FogMetrics
 from fog_shuffler.randomness import window_rng
-from fog_shuffler.robust_shuffler import shuffle_window
+from fog_shuffler.robust_shuffler import shuffle_window, smallest_batch
 from fog_shuffler.schema import LevelBatch, WindowCounts, WindowMessage
 from fog_shuffler.sinks import KafkaWindowSink, MqttWindowSink, SinkError, WindowSink
 from fog_shuffler.windows import ClosedWindow, WindowManager
@@ -253,7 +253,9 @@ class FogService:
         for level in sorted(set(cw.eps)):
             idx = [i for i, e in enumerate(cw.eps) if e == level]
             res = shuffle_window([cw.devices[i] for i in idx], self.graphs[cw.region], self.params, window_rng())
-            guarantee = window_guarantee(res.mechanism, eps0=level, n=conservative_n(len(idx)),
+            # BUDS: a report hides among its batch only, so the smallest batch is the n.
+            hidden_among = smallest_batch(res) if res.mechanism == "buds" else len(idx)
+            guarantee = window_guarantee(res.mechanism, eps0=level, n=conservative_n(hidden_among),
                                          delta=self.cfg.privacy_delta, alpha=self.params.alpha, theta=res.theta)
             batches.append(LevelBatch(eps=level, values=[cw.values[idx[j]] for j in res.order],
                                       mechanism=res.mechanism, theta=res.theta, delta_k=res.delta_k,
@@ -289,9 +291,9 @@ class FogService:
             self.suppressed_since[region] = 0
             self.metrics.shuffle_seconds.observe(elapsed)
             self.metrics.window_size.observe(msg.n)
-            # "mallows" when every level got the d_sigma shuffle, else "uniform".
-            self.metrics.forwarded.labels("mallows" if all(b.mechanism == "mallows" for b in msg.batches)
-                                          else "uniform").inc()
+            # "mallows" or "buds" when every level got that shuffle, else "uniform".
+            mechs = {b.mechanism for b in msg.batches}
+            self.metrics.forwarded.labels(mechs.pop() if len(mechs) == 1 else "uniform").inc()
             closed += 1
         t_min = self.now_t() - self.cfg.lateness_periods - 2
         self.windows.forget_before(t_min)

@@ -159,6 +159,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                         period_s=args.period, clone=args.clone, broker_url=args.broker,
                         speedup=None if args.fast or args.speedup is None else args.speedup,
                         device_mechanism=args.mechanism, on_above=args.on_above, bands=bands,
+                        shuffle_mode=args.shuffle,
                         work_dir=Path(args.out).parent / (Path(args.out).stem + ".state"))
     result = asyncio.run(run_pipeline(spec))
     write_jsonl(result, Path(args.out))
@@ -430,6 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--mechanism", default="br", choices=list(MECHANISMS),
                    help="the devices' randomizer, broadcast in the control message (default: the paper's BR); "
                         "binary: on/off counts, categorical: load-band frequencies")
+    r.add_argument("--shuffle", default="rs", choices=["rs", "dsigma", "buds"],
+                   help="the fog's shuffle: RASE's RS (default), d_sigma alone, or BUDS batches")
     r.add_argument("--on-above", type=float, default=DEFAULT_ON_ABOVE, help="binary: on above this many W")
     r.add_argument("--bands", default=",".join(f"{b:g}" for b in DEFAULT_BANDS),
                    help="categorical: band edges in W, e.g. 10,100,1000")

@@ -37,14 +37,15 @@ from edge_agent.entropy import RandomBits
 from edge_agent.randomizer import BudgetRandomizer, Calibration
 from fog_shuffler.randomness import window_rng
 from fog_shuffler.relationship import RelationshipGraph
-from fog_shuffler.robust_shuffler import ShuffleParams, dsigma_shuffle, robust_shuffle
+from fog_shuffler.robust_shuffler import DEFAULT_BUDS_BATCH, ShuffleParams, buds_shuffle, dsigma_shuffle, robust_shuffle
 from simulators.evaluation import readings_matrix, seeded_bytes
 from simulators.pipeline import fleet
 from simulators.refit import epoch0_of, load_house
 
-SCENARIOS = ("raw", "br", "laplace_uniform", "br_mallows", "rase")
+SCENARIOS = ("raw", "br", "laplace_uniform", "br_mallows", "br_buds", "rase")
 LABELS = {"raw": "raw reports", "br": "BR only", "laplace_uniform": "Laplace + uniform shuffle",
-          "br_mallows": "BR + Mallows", "rase": "RASE (BR + RS)"}
+          "br_mallows": "BR + Mallows", "br_buds": f"BR + BUDS batches of {DEFAULT_BUDS_BATCH}",
+          "rase": "RASE (BR + RS)"}
 
 
 @dataclass
@@ -88,9 +89,12 @@ def batches(scenario: str, x: np.ndarray, ids: list[str], graph: RelationshipGra
             order = rng.permutation(present.size)
         else:
             key = int(rng.integers(2**62)) if seeded else None
-            shuffle = dsigma_shuffle if scenario == "br_mallows" else \
-                (lambda d, g, _a, r: robust_shuffle(d, g, params, r))
-            res = shuffle(devs, graph, alpha, window_rng(key))
+            if scenario == "br_mallows":
+                res = dsigma_shuffle(devs, graph, alpha, window_rng(key))
+            elif scenario == "br_buds":
+                res = buds_shuffle(devs, graph, DEFAULT_BUDS_BATCH, window_rng(key))
+            else:
+                res = robust_shuffle(devs, graph, params, window_rng(key))
             order = res.order
             mechanisms.append(res.mechanism)
         yield j, vals[order], [devs[i] for i in order]

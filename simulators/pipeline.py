@@ -62,6 +62,7 @@ class PipelineSpec:
     progress: bool = True
     speedup: float | None = None         # None: --fast (manual clock); else simulated time this many times real
     device_mechanism: str = "br"         # the deployment's device mechanism, broadcast in the control message
+    shuffle_mode: str = "rs"             # the fog's shuffle: rs, dsigma or buds
     on_above: float = DEFAULT_ON_ABOVE   # binary: an appliance above this many W is on
     bands: list[float] = field(default_factory=lambda: list(DEFAULT_BANDS))   # categorical: band edges in W
 
@@ -195,7 +196,7 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
     params = {"period_s": spec.period_s, "epoch0": epoch0, "t_start": t0, "timestamps": n_t,
               "houses": spec.houses, "devices": len(devices), "clone": spec.clone, "eps": spec.eps,
               "x_min": spec.x_min, "x_max": spec.x_max, "gamma": spec.gamma, "k_min": spec.k_min,
-              "mechanism": {"alpha": spec.alpha, "group_size": spec.group_size,
+              "mechanism": {"alpha": spec.alpha, "group_size": spec.group_size, "shuffle_mode": spec.shuffle_mode,
                             "mallows_delta_range": [spec.alpha, 10 * spec.alpha]},
               "bootstrap_b": spec.bootstrap_b, "windows_w": spec.windows_w,
               "device_mechanism": spec.device_mechanism, "on_above": spec.on_above, "bands": spec.bands}
@@ -218,7 +219,8 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
                                     # the papers' Mallows range, matching params["mechanism"] (the fog's own
                                     # default since issue 12 is alpha 2, delta_max_factor 20)
                                     shuffler={"alpha": spec.alpha, "group_size": spec.group_size,
-                                              "delta_max_factor": 10.0}), clock=clock)
+                                              "delta_max_factor": 10.0, "shuffle_mode": spec.shuffle_mode}),
+                     clock=clock)
     fusion = FusionService(FusionConfig.load(None, name=f"pipeline{id(spec) % 10000}", regions=["r1"],
                                              merge_deadline_s=spec.period_s * 4, bootstrap_b=spec.bootstrap_b,
                                              windows_w=spec.windows_w, store_path=work / "fusion.sqlite",

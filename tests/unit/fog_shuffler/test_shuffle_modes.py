@@ -127,9 +127,35 @@ def test_buds_iterative_shuffle_keeps_tied_columns_and_unlinks_groups():
 def test_fog_config_modes():
     assert ShufflerConfig().params().mode == "rs"
     assert ShufflerConfig(shuffle_mode="dsigma").params().mode == "dsigma"
-    with pytest.raises(ValueError, match="buds"):
-        ShufflerConfig(shuffle_mode="buds")
+    assert ShufflerConfig(shuffle_mode="buds", buds_batch_size=8).params().buds_batch_size == 8
     with pytest.raises(ValueError):
         ShuffleParams(mode="other")
     with pytest.raises(ValueError):
         robust_shuffle(["a"], RelationshipGraph(), ShuffleParams(mode="buds"), window_rng(1))
+
+
+def test_the_fog_forwards_buds_windows_with_the_smallest_batch_guarantee(tmp_path):
+    """A fog in BUDS mode: each level's batch says mechanism "buds", its groups
+    are the batches over sigma_0, it validates as a window, and its stated
+    amplification is that of a uniform shuffle of the smallest batch."""
+    from fog_shuffler.amplification import window_guarantee
+    from fog_shuffler.config import FogConfig
+    from fog_shuffler.schema import WindowMessage
+    from fog_shuffler.service import FogService
+    from fog_shuffler.windows import ClosedWindow
+
+    devices = [f"d{i:03d}" for i in range(150)]
+    cfg = FogConfig.load(None, regions={"r1": {"groups": [devices[i:i + 10] for i in range(0, 150, 10)]}},
+                         journal_path=tmp_path / "fog.sqlite",
+                         shuffler={"shuffle_mode": "buds", "buds_batch_size": 64})
+    fog = FogService(cfg)
+    try:
+        cw = ClosedWindow("r1", 5, devices, [float(i) for i in range(150)], [1.0] * 150, 0, 0, False)
+        msg, _ = fog.build_message(cw)
+    finally:
+        fog.journal.close()
+    again = WindowMessage.model_validate_json(msg.model_dump_json())
+    (b,) = again.batches
+    assert b.mechanism == "buds" and b.groups == [(0, 49), (50, 99), (100, 149)]
+    assert sorted(b.values) == [float(i) for i in range(150)]
+    assert b.guarantee == window_guarantee("buds", eps0=1.0, n=50, delta=cfg.privacy_delta)
