@@ -93,12 +93,22 @@ def cmd_query(args: argparse.Namespace) -> int:
         for r in rows:
             print(json.dumps(r))
         return 0
-    print(f"{'t':>8} {'n':>6}  {'SE':>22}  {'MLE':>22}  {'BS':>22}  clamped")
+    # The columns the stored aggregates carry: mean mechanisms (mean first: the one to use),
+    # binary (count, mean = share on) or categorical (a share per band).
+    names = [k for k in ("mean", "count", "bs", "se", "mle") if rows and k in rows[0]["estimates"]]
+    bands = len(rows[0].get("frequencies", [])) if rows else 0
+    heads = [k.upper() for k in names] + [f"band {j}" for j in range(bands)]
+    shares = bool(rows) and rows[0].get("mechanism") in ("binary", "categorical")   # counts and shares, not watts
+    print(f"{'t':>8} {'n':>6}  " + "  ".join(f"{h:>22}" for h in heads) + "  clamped")
     for r in rows:
         cells = []
-        for k in ("se", "mle", "bs"):
-            e = r["estimates"][k]
-            cells.append(f"{e['value']:>8.1f} [{e['ci'][0]:>6.0f},{e['ci'][1]:>6.0f}]")
+        for e in [r["estimates"].get(k) for k in names] + list(r.get("frequencies", []))[:bands]:
+            if e is None:
+                cells.append(f"{'-':>22}")
+            elif shares:
+                cells.append(f"{e['value']:>8.3f} [{e['ci'][0]:>5.2f},{e['ci'][1]:>5.2f}]  ")
+            else:
+                cells.append(f"{e['value']:>8.1f} [{e['ci'][0]:>6.0f},{e['ci'][1]:>6.0f}]")
         flag = f"{r['share_at_bound']:.0%} at bound" if r["clamped"] else "no"
         print(f"{r['t']:>8} {r['n']:>6}  " + "  ".join(cells) + f"  {flag}")
     print(f"{len(rows)} timestamps", file=sys.stderr)

@@ -65,6 +65,12 @@ def test_report_kind_replay_through_mosquitto_is_unbiased_and_covers(kind, mosqu
     errs = np.array(errs)
     assert abs(errs.mean()) < 3 * errs.std() / np.sqrt(errs.size), errs.mean()
     assert 0.92 <= np.mean(hits) <= 0.98, np.mean(hits)
+    # `rase query` shows what the store holds for this kind.
+    table = rase("query", "--db", str(tmp_path / f"{kind}.state" / "fusion.sqlite"), "--from", str(t0), "--to",
+                 str(t0 + 2)).splitlines()
+    assert len(table) == 4
+    assert table[0].split()[2:] == (["MEAN", "COUNT", "clamped"] if kind == "binary"
+                                    else ["band", "0", "band", "1", "band", "2", "band", "3", "clamped"])
     # `rase eval counts --replay` computes the same numbers.
     rase("eval", "counts", "--replay", str(out), "--out", str(tmp_path / "ev"))
     scored = json.loads((tmp_path / "ev" / "kinds.json").read_text())[0]
