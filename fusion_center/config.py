@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from edge_agent import wire
@@ -13,6 +15,19 @@ from fusion_center.schema import PrecisionControl
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
 from rase_common.settings import TomlSettings
+
+
+class CentralTarget(BaseModel):
+    """For the binary mechanism: the central (eps, delta) each shuffled window
+    of `devices` reports must meet. The fusion center then broadcasts the
+    eps per report (and so the flip probability) that meets it, by the
+    numerical FMT bound (fusion_center.counts.rr_flip_for_central), as the
+    shuffle-DP notes choose p. It holds for windows shuffled uniformly with
+    at least `devices` reports."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    eps: float = Field(gt=0, le=20)
+    delta: float = Field(1e-6, gt=0, lt=0.01)
+    devices: int = Field(ge=2, le=10_000_000)
 
 
 class FusionConfig(TomlSettings):
@@ -31,9 +46,26 @@ class FusionConfig(TomlSettings):
     tick_s: float = Field(0.05, gt=0)
     speedup: float = Field(1.0, gt=0)
     precision: PrecisionControl = PrecisionControl()
+    central_target: CentralTarget | None = None   # binary only: sets precision.eps_levels
     broker: BrokerConfig = BrokerConfig()
     source: Literal["mqtt", "kafka"] = "mqtt"   # where windows come from
     kafka: KafkaConfig = KafkaConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _central_target(cls, data: Any) -> Any:
+        target = data.get("central_target") if isinstance(data, dict) else None
+        if target is None:
+            return data
+        from fusion_center.counts import rr_flip_for_central
+
+        t = target if isinstance(target, CentralTarget) else CentralTarget.model_validate(target)
+        prec = data.get("precision", {})
+        prec = prec.model_dump() if isinstance(prec, PrecisionControl) else dict(prec)
+        if prec.get("mechanism") != "binary":
+            raise ValueError("central_target applies to precision.mechanism = \"binary\" only")
+        prec["eps_levels"] = [rr_flip_for_central(t.eps, t.delta, t.devices).eps0]
+        return {**data, "precision": prec}
 
     @field_validator("regions")
     @classmethod
