@@ -206,7 +206,7 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
         broker = BrokerConfig(host=broker_ctx.host, port=broker_ctx.port)
     else:
         broker = BrokerConfig.from_url(spec.broker_url)
-    params["broker"] = f"{broker.host}:{broker.port}" + (" (embedded amqtt)" if broker_ctx else "")
+    params["broker"] = f"{broker.host}:{broker.port}" + (f" (embedded {broker_ctx.kind})" if broker_ctx else "")
     b = broker.model_dump()
     region = {"refit_houses": spec.houses, "refit_clones": spec.clone}
     fog = FogService(FogConfig.load(None, name=f"pipeline{id(spec) % 10000}", regions={"r1": region},

@@ -3,38 +3,20 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout_s: float, proc: subprocess.Popen | None = None) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            return False
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
+from simulators.embedded_broker import free_port, wait_port  # noqa: F401 - one copy, re-exported for tests
+from simulators.embedded_broker import mosquitto_binary as _installed_mosquitto
 
 
 def mosquitto_binary() -> str:
-    for cand in (shutil.which("mosquitto"), "/usr/sbin/mosquitto"):
-        if cand and Path(cand).exists():
-            return cand
-    raise FileNotFoundError("mosquitto is not installed: run `make test` (it installs it with apt)")
+    found = _installed_mosquitto()
+    if found is None:
+        raise FileNotFoundError("mosquitto is not installed: run `make test` (it installs it with apt)")
+    return found
 
 
 class BrokerProcess:
