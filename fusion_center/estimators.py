@@ -320,8 +320,9 @@ def bootstrap_counts(z, b: int = 1000, level: float = 0.95, rng: np.random.Gener
                      step: float | None = None, origin: float = 0.0) -> Estimate:
     """Bootstrap of the mean over the distinct values of z (see
     bootstrap_from_counts). With `step`, values on the grid origin + k step
-    are counted by bincount instead of a sort. Falls back to resampling
-    indices when the values are mostly distinct."""
+    are counted by bincount instead of a sort. Resamples indices instead
+    (the same distribution) when that is cheaper: fewer than ten reports per
+    value drawn exactly."""
     a = _as_array(z)
     if b < 2:
         raise ValueError(f"bootstrap needs B >= 2 resamples, got {b}")
@@ -329,8 +330,11 @@ def bootstrap_counts(z, b: int = 1000, level: float = 0.95, rng: np.random.Gener
     if found is None:
         found = np.unique(a, return_counts=True)
     u, c = found
-    if u.size > EXACT_DISTINCT + 1 and a.size < NORMAL_TAIL_MIN_DRAWS * 4 and 4 * u.size > a.size:
-        return bootstrap(a, b, level, rng=rng)   # few reports, mostly distinct: indices are exact and cheap
+    split = normal_tail_split(u, c)
+    drawn_exactly = u.size if split is None else split[0] + 1
+    # A binomial draw costs about ten index draws: resample indices when that is cheaper (small windows).
+    if a.size < 10 * drawn_exactly:
+        return bootstrap(a, b, level, rng=rng)
     return bootstrap_from_counts(u, c, b, level, rng)
 
 
