@@ -8,9 +8,11 @@ going backwards) are skipped, counted, and logged with file and line.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import logging
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -66,7 +68,15 @@ def _open_text(path: Path) -> io.TextIOBase:
 
 
 def load_house(data_dir: str | Path, house: int) -> House:
+    """House `house` from its CSV in data_dir. Parsed once per file version
+    (path, size, mtime): a replay checks the files, then runs on them."""
     path = house_file(data_dir, house)
+    st = path.stat()
+    return _load_house(path.resolve(), house, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_house(path: Path, house: int, _size: int, _mtime_ns: int) -> House:
     f = _open_text(path)
     header = f.readline().strip().split(",")
     if header[:len(BASE_COLUMNS)] != BASE_COLUMNS or len(header) not in (12, 13):
@@ -92,7 +102,7 @@ def load_house(data_dir: str | Path, house: int) -> House:
             skipped["non_numeric"] += 1
             log.warning("%s:%d: non-numeric value; row skipped", path, lineno)
             continue
-        if any(v != v or v in (float("inf"), float("-inf")) for v in row):
+        if not all(map(math.isfinite, row)):
             skipped["non_numeric"] += 1
             log.warning("%s:%d: NaN or infinite value; row skipped", path, lineno)
             continue
