@@ -1,5 +1,5 @@
 """Estimator benchmark: the unbiased mean, its bootstrap (B = 1000, multinomial
-counts over distinct values counted on the BR grid, as the fusion center runs it), the index bootstrap it replaced, SE, MLE
+counts over the distinct reports counted on the BR grid, as the fusion center runs it), the index bootstrap it replaced, SE, MLE
 (weighted median) and a windowed average for n = 1e3 .. 1e6, against numpy's
 mean of the same array measured in the same run.
 
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.timing import best_of  # noqa: E402
 from edge_agent.randomizer import Calibration  # noqa: E402
-from fusion_center.estimators import (bootstrap, bootstrap_counts, br_corrected, mle, sample_mean,  # noqa: E402
+from fusion_center.estimators import (bootstrap, br_bootstrap, br_corrected, mle, sample_mean,  # noqa: E402
                                       unbiased_mean, windowed)
 
 
@@ -43,8 +43,8 @@ def main() -> None:
         t_np = best_of(lambda: np.mean(z), max(rep, 20))
         t_mean = best_of(lambda: unbiased_mean(z, eps, cal), rep)
         c = br_corrected(z, eps, cal)
-        # As the fusion center calls it: the corrected reports, counted on the BR grid.
-        t_bs = best_of(lambda: bootstrap_counts(c, args.b, rng=rng, step=cal.gamma, origin=cal.x_min), 3)
+        # As the fusion center calls it: the reports of one eps level, counted on the BR grid.
+        t_bs = best_of(lambda: br_bootstrap({1.0: z}, cal, args.b, rng=rng), 3)
         t_bs_idx = best_of(lambda: bootstrap(c, args.b, rng=rng), 1 if n >= 1_000_000 else 3)
         t_se = best_of(lambda: sample_mean(z), rep)
         t_mle = best_of(lambda: mle(z, lam), rep)

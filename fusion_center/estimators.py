@@ -215,7 +215,8 @@ NORMAL_TAIL_MIN_DRAWS = 1_000  # expected draws among the rarer values before th
 
 def grid_value_counts(a: np.ndarray, step: float, origin: float = 0.0) -> tuple[np.ndarray, np.ndarray] | None:
     """Distinct values and their counts for values on (or mostly on) the grid
-    origin + k step, by integer bincount instead of a sort. None when two
+    origin + k step, by integer bincount instead of a sort. Values within
+    1e-9 (relative) of a grid point count as that point. None when two
     different values share a grid cell (then np.unique must do)."""
     if not (step > 0 and math.isfinite(step)) or a.size == 0:
         return None
@@ -230,8 +231,17 @@ def grid_value_counts(a: np.ndarray, step: float, origin: float = 0.0) -> tuple[
     k = np.empty(a.size, dtype=np.int64)
     np.subtract(buf, lo, out=k, casting="unsafe")   # exact: buf holds integers
     counts = np.bincount(k)
-    sums = np.bincount(k, weights=a)
     present = counts > 0
+    grid = origin + step * (lo + np.flatnonzero(present))
+    tol = 1e-9 * max(1.0, abs(float(grid[0])), abs(float(grid[-1])))
+    # Every value on its grid point (BR reports are): the values are the grid points.
+    buf *= step
+    buf += origin
+    buf -= a
+    if max(float(buf.max()), -float(buf.min())) <= tol:
+        return grid, counts[present]
+    # Off-grid values (corrected clamps): each cell's value is its mean, if all its values agree.
+    sums = np.bincount(k, weights=a)
     means = np.zeros_like(sums)
     means[present] = sums[present] / counts[present]
     np.take(means, k, out=buf)
@@ -316,6 +326,42 @@ def count_resample_means(values, counts, b: int, rng: np.random.Generator | None
     return (draws[:, :-1] @ values[head] + tail_sum) / n
 
 
+def br_bootstrap(reports_by_level: dict[float, np.ndarray], cal, b: int = 1000, level: float = 0.95,
+                 rng: np.random.Generator | None = None) -> Estimate:
+    """`bs` for BR reports: the bootstrap of the unbiased mean. The distinct
+    reports of each eps level are counted on the BR grid (they lie on it),
+    each distinct report is corrected by br_corrected (an elementwise map, so
+    the same as correcting every report), and counts are resampled
+    (bootstrap_from_counts), or indices where that is cheaper."""
+    u, c = br_value_counts(reports_by_level, cal)
+    return _bootstrap_distinct(u, c, b, level, rng, lambda: np.repeat(u, c))
+
+
+def br_value_counts(reports_by_level: dict[float, np.ndarray], cal) -> tuple[np.ndarray, np.ndarray]:
+    """The corrected reports (br_corrected) as distinct values per eps level
+    and their counts (a value may repeat across levels)."""
+    values, counts = [], []
+    for eps, z in reports_by_level.items():
+        a = _as_array(z)
+        u, c = grid_value_counts(a, cal.gamma, cal.x_min) or np.unique(a, return_counts=True)
+        values.append(br_corrected(u, np.full(u.size, float(eps)), cal))
+        counts.append(c)
+    return np.concatenate(values), np.concatenate(counts)
+
+
+def _bootstrap_distinct(u: np.ndarray, c: np.ndarray, b: int, level: float, rng, reports) -> Estimate:
+    """Resample counts over the distinct values u (counts c), or the reports
+    themselves (`reports()`) when that is cheaper: a binomial draw costs about
+    ten index draws, so indices win below ten reports per value drawn exactly."""
+    if b < 2:
+        raise ValueError(f"bootstrap needs B >= 2 resamples, got {b}")
+    split = normal_tail_split(u, c)
+    drawn_exactly = u.size if split is None else split[0] + 1
+    if int(c.sum()) < 10 * drawn_exactly:
+        return bootstrap(reports(), b, level, rng=rng)
+    return bootstrap_from_counts(u, c, b, level, rng)
+
+
 def bootstrap_counts(z, b: int = 1000, level: float = 0.95, rng: np.random.Generator | None = None,
                      step: float | None = None, origin: float = 0.0) -> Estimate:
     """Bootstrap of the mean over the distinct values of z (see
@@ -327,15 +373,8 @@ def bootstrap_counts(z, b: int = 1000, level: float = 0.95, rng: np.random.Gener
     if b < 2:
         raise ValueError(f"bootstrap needs B >= 2 resamples, got {b}")
     found = grid_value_counts(a, step, origin) if step is not None else None
-    if found is None:
-        found = np.unique(a, return_counts=True)
-    u, c = found
-    split = normal_tail_split(u, c)
-    drawn_exactly = u.size if split is None else split[0] + 1
-    # A binomial draw costs about ten index draws: resample indices when that is cheaper (small windows).
-    if a.size < 10 * drawn_exactly:
-        return bootstrap(a, b, level, rng=rng)
-    return bootstrap_from_counts(u, c, b, level, rng)
+    u, c = found or np.unique(a, return_counts=True)
+    return _bootstrap_distinct(u, c, b, level, rng, lambda: a)
 
 
 def windowed(per_t: dict[int, Estimate], t_q: int, w: int, level: float = 0.95) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fog_shuffler.schema import WindowMessage
-from fusion_center.estimators import (Estimate, bootstrap_counts, br_corrected, mle, sample_mean, unbiased_mean,
+from fusion_center.estimators import (Estimate, bootstrap_counts, br_bootstrap, mle, sample_mean, unbiased_mean,
                                       windowed)
 from fusion_center.counts import on_count
 from fusion_center.frequencies import band_frequencies
@@ -74,15 +74,18 @@ def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl,
         lam = cal.delta / eps
         if precision.mechanism == "br":
             # BR clamps below eps_star: each clamped report is replaced by its exact conditional expectation.
-            corrected = br_corrected(z, eps, cal)
             mean = unbiased_mean(z, eps, cal, level)
+            by_level: dict[float, list] = {}
+            for w in windows:
+                for b in w.batches:
+                    by_level.setdefault(float(b.eps), []).append(np.asarray(b.values, dtype=np.float64))
+            bs = br_bootstrap({e: np.concatenate(v) for e, v in by_level.items()}, cal, bootstrap_b, level, rng)
             clamped = bool(np.any(eps < cal.eps_star))
         else:
             # Duchi, Piecewise and Hybrid reports are each unbiased for the clipped reading already.
-            corrected, mean = z, sample_mean(z, level)
-        est = {"mean": mean, "bs": bootstrap_counts(corrected, bootstrap_b, level, rng=rng, step=cal.gamma,
-                                                    origin=cal.x_min),
-               "se": sample_mean(z, level), "mle": mle(z, lam, level)}
+            mean = sample_mean(z, level)
+            bs = bootstrap_counts(z, bootstrap_b, level, rng=rng, step=cal.gamma, origin=cal.x_min)
+        est = {"mean": mean, "bs": bs, "se": sample_mean(z, level), "mle": mle(z, lam, level)}
         at_bound = float(np.mean((z == cal.x_min) | (z == cal.x_max)))
     win: dict[str, dict[str, WindowedOut]] = {}
     hist = history or {}
