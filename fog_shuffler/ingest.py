@@ -34,6 +34,7 @@ class Accepted:
     t: int
     y: float
     eps: float
+    mechanism: str = "br"          # the device mechanism the report was checked against
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def validate(topic: str, payload: bytes, now_t: int, rules: IngestRules) -> Acce
         raise Rejected("eps_not_on_menu", f"eps={rep.eps}")
     if not possible_y(rep.y, rep.eps, rules):
         raise Rejected("implausible_y", f"y={rep.y}")
-    return Accepted(region, device, rep.t, float(rep.y), float(rep.eps))
+    return Accepted(region, device, rep.t, float(rep.y), float(rep.eps), rules.mechanism)
 
 
 def possible_y(y: float, eps: float, rules: IngestRules) -> bool:

@@ -19,7 +19,7 @@ from rase_common.sqlite import open_wal
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS reports (region TEXT, t INTEGER, device TEXT, y REAL, eps REAL, seq INTEGER,
-                                    PRIMARY KEY (region, t, device));
+                                    mech TEXT DEFAULT 'br', PRIMARY KEY (region, t, device));
 CREATE TABLE IF NOT EXISTS duplicates (region TEXT, t INTEGER, n INTEGER, PRIMARY KEY (region, t));
 CREATE TABLE IF NOT EXISTS outbox (region TEXT, t INTEGER, payload TEXT, sent INTEGER DEFAULT 0,
                                    PRIMARY KEY (region, t));
@@ -30,21 +30,24 @@ CREATE TABLE IF NOT EXISTS closed (region TEXT, t INTEGER, PRIMARY KEY (region, 
 class Journal:
     def __init__(self, path: str | Path):
         self.db = open_wal(path, SCHEMA)
+        # Journals written before report kinds existed: their reports are BR.
+        if "mech" not in {row[1] for row in self.db.execute("PRAGMA table_info(reports)")}:
+            self.db.execute("ALTER TABLE reports ADD COLUMN mech TEXT DEFAULT 'br'")
 
     def close(self) -> None:
         self.db.close()
 
-    def add_reports(self, rows: list[tuple[str, int, str, float, float, int]],
+    def add_reports(self, rows: list[tuple[str, int, str, float, float, int, str]],
                     duplicates: list[tuple[str, int]]) -> None:
         """One transaction for a batch of accepted reports (and duplicate counts)."""
         with self.db:
             self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR IGNORE INTO reports VALUES (?,?,?,?,?,?)", rows)
+            self.db.executemany("INSERT OR IGNORE INTO reports VALUES (?,?,?,?,?,?,?)", rows)
             self.db.executemany("INSERT INTO duplicates VALUES (?,?,1) ON CONFLICT(region,t) DO UPDATE SET n=n+1",
                                 duplicates)
 
-    def open_reports(self) -> list[tuple[str, int, str, float, float, int]]:
-        return self.db.execute("SELECT region, t, device, y, eps, seq FROM reports ORDER BY rowid").fetchall()
+    def open_reports(self) -> list[tuple[str, int, str, float, float, str]]:
+        return self.db.execute("SELECT region, t, device, y, eps, mech FROM reports ORDER BY rowid").fetchall()
 
     def duplicate_counts(self) -> dict[tuple[str, int], int]:
         return {(r, t): n for r, t, n in self.db.execute("SELECT region, t, n FROM duplicates")}

@@ -11,7 +11,10 @@ level and shuffles each level on its own (its own sigma_0 over that level's
 reporters, its own groups and Mallows/uniform choice). A batch says only
 that its values share one published level and how many there are; levels
 with fewer than k_min reports never leave the fog. The default menu has one
-level, so a window is one batch.
+level, so a window is one batch. A batch also says what kind of report it
+holds (`kind`, the device mechanism the fog checked them against), so that
+around a control message that changes the mechanism the fusion center never
+estimates one kind of report as another.
 
 The fusion center validates every field before it acts (it treats windows as
 hostile input): bounded t, n, eps and values, so that no window can crash
@@ -24,6 +27,8 @@ import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator, model_validator
+
+from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
 
 WINDOW_VERSION = 2
 MAX_T = 1 << 40                 # logical timestamps: 2^40 periods of 1 ms is 35 years
@@ -48,6 +53,8 @@ class LevelBatch(BaseModel):
     each shuffled uniformly)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     eps: StrictFloat | StrictInt = Field(ge=MIN_EPS, le=MAX_EPS)
+    # The device mechanism the fog checked these reports against (edge_agent.mechanisms): what they are.
+    kind: str = DEFAULT_MECHANISM
     values: list[StrictFloat | StrictInt] = Field(min_length=1, max_length=MAX_WINDOW_REPORTS)
     mechanism: Literal["mallows", "uniform", "buds"]
     theta: float | None = None
@@ -66,6 +73,11 @@ class LevelBatch(BaseModel):
                                                  for k, x in v.items())):
             raise ValueError("guarantee must be a small flat record")
         return v
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        return check_mechanism(v)
 
     @field_validator("values")
     @classmethod
@@ -100,18 +112,19 @@ class WindowMessage(BaseModel):
     def _consistent(self) -> "WindowMessage":
         if sum(len(b.values) for b in self.batches) != self.n:
             raise ValueError(f"n = {self.n} but the batches hold {sum(len(b.values) for b in self.batches)} values")
-        levels = [b.eps for b in self.batches]
+        levels = [(b.eps, b.kind) for b in self.batches]
         if levels != sorted(set(levels)):
-            raise ValueError("batches must have distinct eps levels in increasing order")
+            raise ValueError("batches must have distinct (eps level, kind) pairs in increasing order")
         return self
 
     @classmethod
     def uniform(cls, region: str, t: int, values: list[float], eps: float = 1.0, alpha: float = 30.0,
-                **extra) -> "WindowMessage":
+                kind: str = DEFAULT_MECHANISM, **extra) -> "WindowMessage":
         """A one-level window shuffled uniformly (one group): for tests and tools."""
         n = len(values)
         return cls(region=region, t=t, n=n, alpha=alpha, batches=[LevelBatch(
-            eps=eps, values=values, mechanism="uniform", delta_k=0, omega=0, k=1, groups=[(0, n - 1)])], **extra)
+            eps=eps, kind=kind, values=values, mechanism="uniform", delta_k=0, omega=0, k=1, groups=[(0, n - 1)])],
+            **extra)
 
     @property
     def values(self) -> list[float]:

@@ -88,8 +88,8 @@ class FogService:
         self.windows.closed = self.journal.closed_windows()
         dups = self.journal.duplicate_counts()
         n = 0
-        for region, t, device, y, eps, _seq in self.journal.open_reports():
-            self.windows.add(Accepted(region, device, t, y, eps))
+        for region, t, device, y, eps, mech in self.journal.open_reports():
+            self.windows.add(Accepted(region, device, t, y, eps, mech))
             n += 1
         for (region, t), k in dups.items():
             if (region, t) in self.windows.open:
@@ -196,7 +196,7 @@ class FogService:
                 after.append(("rejected", "internal", repr(err), msg))
                 continue
             if outcome == "accepted":
-                rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0))
+                rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0, rep.mechanism))
             elif outcome == "duplicate":
                 dups.append((rep.region, rep.t))
             after.append((outcome, None, None, msg))
@@ -247,17 +247,18 @@ class FogService:
 
     # -- closing and forwarding ----------------------------------------------
     def build_message(self, cw: ClosedWindow) -> tuple[WindowMessage, float]:
-        """Shuffle each eps level of a closed window on its own (see schema)."""
+        """Shuffle each eps level (of each report kind) of a closed window on its own (see schema)."""
         t0 = time.perf_counter()
         batches = []
-        for level in sorted(set(cw.eps)):
-            idx = [i for i, e in enumerate(cw.eps) if e == level]
+        mechs = cw.mechanisms or ["br"] * len(cw.eps)
+        for level, kind in sorted(set(zip(cw.eps, mechs))):
+            idx = [i for i, (e, m) in enumerate(zip(cw.eps, mechs)) if e == level and m == kind]
             res = shuffle_window([cw.devices[i] for i in idx], self.graphs[cw.region], self.params, window_rng())
             # BUDS: a report hides among its batch only, so the smallest batch is the n.
             hidden_among = smallest_batch(res) if res.mechanism == "buds" else len(idx)
             guarantee = window_guarantee(res.mechanism, eps0=level, n=conservative_n(hidden_among),
                                          delta=self.cfg.privacy_delta, alpha=self.params.alpha, theta=res.theta)
-            batches.append(LevelBatch(eps=level, values=[cw.values[idx[j]] for j in res.order],
+            batches.append(LevelBatch(eps=level, kind=kind, values=[cw.values[idx[j]] for j in res.order],
                                       mechanism=res.mechanism, theta=res.theta, delta_k=res.delta_k,
                                       omega=res.omega, k=res.k, groups=res.groups, guarantee=guarantee))
         elapsed = time.perf_counter() - t0

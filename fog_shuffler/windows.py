@@ -5,8 +5,8 @@ A window (region, t) closes when the fog's logical clock reaches
 t + 1 + lateness_periods, or early once every device registered for the
 region has reported. Duplicates of (device, t) are dropped (first wins), late
 reports (window already closed) are dropped and counted. At close, eps levels
-with fewer than k_min reports are dropped, and a window left with fewer than
-k_min reports is suppressed.
+(per report kind) with fewer than k_min reports are dropped, and a window left
+with fewer than k_min reports is suppressed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from fog_shuffler.ingest import Accepted
 class OpenWindow:
     region: str
     t: int
-    reports: dict[str, tuple[float, float]] = field(default_factory=dict)  # device -> (y, eps), arrival order
+    reports: dict[str, tuple[float, float, str]] = field(default_factory=dict)  # device -> (y, eps, mechanism)
     duplicates: int = 0
 
 
@@ -35,6 +35,7 @@ class ClosedWindow:
     duplicates: int
     eps_level_dropped: int
     suppressed: bool
+    mechanisms: list[str] = field(default_factory=list)   # per report: the device mechanism it was checked against
 
 
 class WindowManager:
@@ -62,7 +63,7 @@ class WindowManager:
         if rep.device in w.reports:
             w.duplicates += 1
             return "duplicate"
-        w.reports[rep.device] = (rep.y, rep.eps)
+        w.reports[rep.device] = (rep.y, rep.eps, rep.mechanism)
         return "accepted"
 
     def due(self, now_t: int) -> list[tuple[str, int]]:
@@ -76,12 +77,14 @@ class WindowManager:
     def close(self, region: str, t: int) -> ClosedWindow:
         w = self.open.pop((region, t), None) or OpenWindow(region, t)
         self.closed.add((region, t))
-        per_level = Counter(eps for _, eps in w.reports.values())
-        keep = {e for e, c in per_level.items() if c >= self.k_min}
-        kept = [(d, y, e) for d, (y, e) in w.reports.items() if e in keep]
+        # A batch is one eps level of one report kind (around a control change a window may hold two kinds).
+        per_level = Counter((eps, m) for _, eps, m in w.reports.values())
+        keep = {k for k, c in per_level.items() if c >= self.k_min}
+        kept = [(d, y, e, m) for d, (y, e, m) in w.reports.items() if (e, m) in keep]
         dropped = len(w.reports) - len(kept)
-        return ClosedWindow(region, t, [d for d, _, _ in kept], [y for _, y, _ in kept], [e for _, _, e in kept],
-                            w.duplicates, dropped, suppressed=len(kept) < self.k_min)
+        return ClosedWindow(region, t, [r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept],
+                            w.duplicates, dropped, suppressed=len(kept) < self.k_min,
+                            mechanisms=[r[3] for r in kept])
 
     def forget_before(self, t_min: int) -> None:
         """Drop closed markers older than any t ingest still accepts."""

@@ -92,6 +92,8 @@ def band_frequencies(reports_by_level: dict[float, np.ndarray], k: int, level: f
         m = r.size
         if m == 0:
             continue
+        if not np.all(r == np.floor(r)):
+            raise ValueError("categorical reports must be whole numbers (a category or a bit mask)")
         if choose_oracle(k, eps) == "krr":
             hit = krr_keep_fraction(eps, k) / DEFAULT_DEN
             q = (1 - hit) / (k - 1)

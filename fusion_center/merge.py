@@ -3,6 +3,8 @@ merged reports into an Aggregate. Pure: the service supplies time and storage.""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from fog_shuffler.schema import WindowMessage
@@ -53,14 +55,25 @@ def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl,
     """Estimates for one timestamp. `history` maps estimator -> {t: Estimate}
     of earlier timestamps (for windowed averages); the new ones are returned
     alongside so the caller can extend it."""
-    z = np.concatenate([np.asarray(w.values, dtype=np.float64) for w in windows])
-    eps = np.concatenate([np.asarray(w.eps_per_value(), dtype=np.float64) for w in windows])
+    # Estimate the reports as what they are (each batch's kind): the deployment's
+    # mechanism, or around a change of it the kind most reports have; others are counted.
+    kinds: Counter[str] = Counter()
+    for w in windows:
+        for b in w.batches:
+            kinds[b.kind] += len(b.values)
+    kind = precision.mechanism if precision.mechanism in kinds else kinds.most_common(1)[0][0]
+    batches = [b for w in windows for b in w.batches if b.kind == kind]
+    z = np.concatenate([np.asarray(b.values, dtype=np.float64) for b in batches])
+    eps = np.concatenate([np.full(len(b.values), float(b.eps)) for b in batches])
+    by_level: dict[float, np.ndarray] = {}
+    for b in batches:
+        v = np.asarray(b.values, dtype=np.float64)
+        by_level[float(b.eps)] = np.concatenate([by_level[float(b.eps)], v]) if float(b.eps) in by_level else v
     cal = precision.calibration()
-    extra: dict = {"mechanism": precision.mechanism}
+    extra: dict = {"mechanism": kind, "other_kind_reports": sum(kinds.values()) - kinds[kind]}
     clamped, at_bound = False, 0.0
-    if precision.mechanism in ("binary", "categorical"):
-        by_level = {float(e): z[eps == e] for e in np.unique(eps)}
-        if precision.mechanism == "binary":
+    if kind in ("binary", "categorical"):
+        if kind == "binary":
             count = on_count(by_level, level)
             n = count.n
             est = {"count": count, "mean": Estimate(count.value / n, count.lo / n, count.hi / n, n)}
@@ -72,14 +85,10 @@ def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl,
             extra["frequencies"] = [EstimateOut(value=e.value, ci=(e.lo, e.hi), n=e.n) for e in freqs]
     else:
         lam = cal.delta / eps
-        if precision.mechanism == "br":
+        if kind == "br":
             # BR clamps below eps_star: each clamped report is replaced by its exact conditional expectation.
             mean = unbiased_mean(z, eps, cal, level)
-            by_level: dict[float, list] = {}
-            for w in windows:
-                for b in w.batches:
-                    by_level.setdefault(float(b.eps), []).append(np.asarray(b.values, dtype=np.float64))
-            bs = br_bootstrap({e: np.concatenate(v) for e, v in by_level.items()}, cal, bootstrap_b, level, rng)
+            bs = br_bootstrap(by_level, cal, bootstrap_b, level, rng)
             clamped = bool(np.any(eps < cal.eps_star))
         else:
             # Duchi, Piecewise and Hybrid reports are each unbiased for the clipped reading already.

@@ -11,7 +11,7 @@ class FusionMetrics:
         self.consumed = Counter("rase_fusion_windows_consumed", "Valid windows stored", registry=r)
         self.rejected = Counter("rase_fusion_windows_rejected", "Windows that failed validation, by reason "
                                 "(quarantined and acknowledged)", ["reason"], registry=r)
-        for reason in ("not_json", "schema", "internal"):
+        for reason in ("not_json", "schema", "internal", "estimate_failed"):
             self.rejected.labels(reason)
         self.storage_ok = Gauge("rase_fusion_storage_ok", "1 while the store can be written; 0 while input is "
                                 "held unacknowledged and writes are retried", registry=r)

@@ -99,7 +99,8 @@ class Aggregate(BaseModel):
     level: float                         # confidence level of the intervals
     estimates: dict[EstimatorName, EstimateOut]
     what: dict[str, str] = ESTIMATE_MEANING   # what each estimate estimates
-    mechanism: str = DEFAULT_MECHANISM        # the devices' mechanism these reports came from
+    mechanism: str = DEFAULT_MECHANISM        # the kind of report estimated (the devices' mechanism)
+    other_kind_reports: int = Field(0, ge=0)  # reports of another kind at this t (a mechanism change): not used
     # categorical: per band, the share of devices in it (see what["frequencies"]).
     frequencies: list[EstimateOut] = []
     clamped: bool                        # some reports came from the clamp branch: SE is biased, mean is not

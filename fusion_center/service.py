@@ -182,10 +182,19 @@ class FusionService:
             first = self.merger.first_seen.get(t, self.clock.now())
             windows = self.merger.pop(t)
             n = sum(w.n for w in windows)
-            if n > LARGE:
-                agg, est, secs = await asyncio.to_thread(self._estimate, t, windows)
-            else:
-                agg, est, secs = self._estimate(t, windows)
+            try:
+                if n > LARGE:
+                    agg, est, secs = await asyncio.to_thread(self._estimate, t, windows)
+                else:
+                    agg, est, secs = self._estimate(t, windows)
+            except Exception as err:  # noqa: BLE001 - windows that cannot be estimated must not stop the service
+                # Valid windows whose values this deployment cannot estimate (e.g. a kind that does not
+                # fit its settings): quarantined and dropped, or every restart would fail on them again.
+                log.exception("timestamp %d could not be estimated; its %d windows are quarantined", t, len(windows))
+                for w in windows:
+                    self.quarantine.put(w.topic(), "estimate_failed", repr(err), w.model_dump_json())
+                self.store.drop_windows(t)
+                continue
             self.metrics.estimator_seconds.observe(secs)
             try:
                 stored = self.store.store_aggregate("all", t, agg.model_dump_json(), self.clock.now())

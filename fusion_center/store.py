@@ -43,6 +43,10 @@ class AggregateStore:
     def pending_windows(self) -> list[tuple[str, int, str, float]]:
         return self.db.execute("SELECT region, t, payload, received FROM windows ORDER BY t, region").fetchall()
 
+    def drop_windows(self, t: int) -> None:
+        """Forget the stored windows of t (quarantined: they cannot be estimated)."""
+        self.db.execute("DELETE FROM windows WHERE t=?", (t,))
+
     def has_aggregate(self, scope: str, t: int) -> bool:
         return self.db.execute("SELECT 1 FROM aggregates WHERE scope=? AND t=?", (scope, t)).fetchone() is not None
 

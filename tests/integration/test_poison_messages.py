@@ -205,3 +205,60 @@ def test_forged_reports_and_control_never_stop_the_fog_process(own_mosquitto, tm
     assert m['rase_fog_reports_rejected_total{reason="control_invalid"}'] == 1     # seen once by this process
     rejected = sum(v for k, v in m.items() if k.startswith("rase_fog_reports_rejected_total"))
     assert rejected == 1 + len(devices) * len(FORGED_REPORTS)     # the second round, counted by this process
+
+
+def test_windows_a_deployment_cannot_estimate_are_quarantined_not_fatal(own_mosquitto, tmp_path):
+    """A categorical deployment (k = 4, kRR at eps 1) receives windows that
+    pass the schema but are no categorical reports (a fraction, a category
+    out of range): each timestamp is quarantined as estimate_failed, its
+    stored windows dropped, and the service, also after a restart, goes on
+    aggregating the good windows around them."""
+    db = tmp_path / "fusion.sqlite"
+    cfg = tmp_path / "fusion.toml"
+    cfg.write_text(f'name = "kinds"\nregions = ["r1"]\nmerge_deadline_s = 60\nbootstrap_b = 200\n'
+                   f'store_path = "{db}"\n[precision]\nmechanism = "categorical"\n'
+                   f'[broker]\nport = {own_mosquitto.port}\n')
+    log_path = tmp_path / "fusion.log"
+    log = open(log_path, "ab")
+
+    def window(t, values):
+        return WindowMessage.uniform("r1", t, values, kind="categorical").model_dump_json()
+
+    def start():
+        return subprocess.Popen([sys.executable, "-m", "rase.cli", "fusion", "--config", str(cfg)],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    proc = start()
+    try:
+        wait_log(log_path, "fusion connected", 1)
+        time.sleep(0.5)
+        publish_once(own_mosquitto.port, "rase/v1/windows/r1", window(1, [0, 1, 2, 3] * 3))
+        publish_once(own_mosquitto.port, "rase/v1/windows/r1", window(2, [0.5] * 12))
+        publish_once(own_mosquitto.port, "rase/v1/windows/r1", window(3, [99] * 12))
+        publish_once(own_mosquitto.port, "rase/v1/windows/r1", window(4, [1, 1, 2, 2] * 3))
+        deadline = time.monotonic() + 30
+        while len(stored(db)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+        proc = start()                      # nothing left on disk to fail on again
+        time.sleep(3.0)
+        assert proc.poll() is None, log_path.read_text()[-2000:]
+        publish_once(own_mosquitto.port, "rase/v1/windows/r1", window(5, [3] * 12))
+        deadline = time.monotonic() + 30
+        while len(stored(db)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None, log_path.read_text()[-2000:]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+    assert stored(db) == [1, 4, 5]
+    con = sqlite3.connect(db)
+    quarantined = dict(con.execute("SELECT reason, COUNT(*) FROM quarantine GROUP BY reason").fetchall())
+    left = con.execute("SELECT COUNT(*) FROM windows").fetchone()[0]
+    rows = {json.loads(p)["t"]: json.loads(p) for (p,) in con.execute("SELECT payload FROM aggregates")}
+    con.close()
+    assert quarantined == {"estimate_failed": 2} and left == 0
+    assert rows[5]["mechanism"] == "categorical" and len(rows[5]["frequencies"]) == 4

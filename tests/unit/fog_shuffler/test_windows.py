@@ -74,7 +74,7 @@ def test_journal_prunes_old_closed_windows_and_sent_messages(tmp_path):
     from fog_shuffler.journal import Journal
 
     j = Journal(tmp_path / "j.sqlite")
-    j.add_reports([("r1", 5, "d1", 1.0, 1.0, 0)], [])
+    j.add_reports([("r1", 5, "d1", 1.0, 1.0, 0, "br")], [])
     for t in (5, 6, 9):
         j.close_window("r1", t, f"payload {t}")
     j.mark_sent("r1", 5)
@@ -83,3 +83,35 @@ def test_journal_prunes_old_closed_windows_and_sent_messages(tmp_path):
     j.prune(8)
     assert j.closed_windows() == {("r1", 9)}
     assert [(r, t) for r, t, _ in j.unsent()] == [("r1", 6)]   # unsent messages are kept whatever their age
+
+
+def test_a_window_with_two_report_kinds_keeps_them_apart():
+    """Around a control change that switches the mechanism: reports checked as
+    BR and as binary in one window close into separate (eps, kind) groups,
+    each held to k_min on its own."""
+    wm = WindowManager(registered={"r1": {f"d{i}" for i in range(30)}}, k_min=5, lateness_periods=1)
+    for i in range(12):
+        wm.add(Accepted("r1", f"d{i}", 7, float(100 + i), 1.0, "br"))
+    for i in range(12, 16):                     # only 4 binary reports: under k_min
+        wm.add(Accepted("r1", f"d{i}", 7, 1.0, 1.0, "binary"))
+    cw = wm.close("r1", 7)
+    assert cw.mechanisms == ["br"] * 12 and cw.eps_level_dropped == 4 and not cw.suppressed
+
+
+def test_a_journal_from_before_report_kinds_opens_with_br_reports(tmp_path):
+    import sqlite3
+
+    from fog_shuffler.journal import Journal
+
+    path = tmp_path / "old.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE reports (region TEXT, t INTEGER, device TEXT, y REAL, eps REAL, seq INTEGER, "
+                "PRIMARY KEY (region, t, device))")
+    con.execute("INSERT INTO reports VALUES ('r1', 5, 'd1', 12.0, 1.0, 0)")
+    con.commit()
+    con.close()
+    j = Journal(path)
+    assert j.open_reports() == [("r1", 5, "d1", 12.0, 1.0, "br")]
+    j.add_reports([("r1", 5, "d2", 1.0, 1.0, 0, "binary")], [])
+    assert j.open_reports()[-1][-1] == "binary"
+    j.close()

@@ -64,3 +64,20 @@ def test_the_aggregate_publishes_what_each_shuffle_adds():
     assert p["kind"] == "shuffle_dp" and p["eps"] < 0.2 and p["eps0"] == 1.0 and p["region"] == "r1"
     mallows = window_guarantee("mallows", eps0=1.0, n=1000, delta=1e-6, alpha=2.0, theta=0.05)
     assert mallows["kind"] == "d_sigma" and mallows["eps"] is None   # no amplification number claimed
+
+
+def test_aggregate_estimates_each_kind_as_what_it_is():
+    """Windows of two kinds at one t (a mechanism change in flight): the
+    deployment's kind is estimated and the other counted; when the deployment's
+    kind is absent, the kind most reports have is."""
+    binary = WindowMessage.uniform("r1", 9, [1.0, 0.0] * 10, kind="binary")
+    br = WindowMessage.uniform("r2", 9, [100.0] * 12)
+    agg, est = aggregate(9, [binary, br], PrecisionControl(mechanism="binary"), {"r1", "r2"},
+                         rng=np.random.default_rng(0))
+    assert agg.mechanism == "binary" and agg.n == 20 and agg.other_kind_reports == 12
+    assert set(agg.estimates) == {"count", "mean"}
+    agg, _ = aggregate(9, [binary, br], PrecisionControl(mechanism="hybrid"), {"r1", "r2"},
+                       rng=np.random.default_rng(0))
+    assert agg.mechanism == "binary" and agg.other_kind_reports == 12
+    agg, _ = aggregate(9, [br], PrecisionControl(mechanism="binary"), {"r2"}, rng=np.random.default_rng(0))
+    assert agg.mechanism == "br" and agg.estimates["se"].value == pytest.approx(100.0)

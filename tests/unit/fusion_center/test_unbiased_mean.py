@@ -160,7 +160,8 @@ def test_aggregate_mean_is_unbiased_for_the_other_device_mechanisms(mechanism):
     errs, hits = [], 0
     for t in range(trials):
         y = [float(r.randomize(float(v), 2.0)[0]) for v in x]
-        agg, est = aggregate(t, [WindowMessage.uniform("r1", t, y, eps=2.0)], precision, {"r1"}, bootstrap_b=50)
+        agg, est = aggregate(t, [WindowMessage.uniform("r1", t, y, eps=2.0, kind=mechanism)], precision, {"r1"},
+                             bootstrap_b=50)
         errs.append(est["mean"].value - truth)
         hits += est["mean"].lo <= truth <= est["mean"].hi
         assert not agg.clamped
