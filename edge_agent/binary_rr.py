@@ -13,22 +13,21 @@
 import math
 
 from edge_agent.entropy import RandomBits
+from edge_agent.ldp_rational import exp_bound
 from edge_agent.randomizer import check_finite
 
 DEFAULT_DEN = 1 << 20
 
 
 def flip_fraction(eps0, den=DEFAULT_DEN):
-    """Smallest num with p = num/den >= 2/(e^eps0 + 1), so the report is never
-    weaker than eps0-LDP (rounding only adds noise)."""
-    if not eps0 >= 0:
-        raise ValueError("eps0 must be >= 0, got %r" % (eps0,))
+    """Smallest num with p = num/den >= 2/(r + 1), r = A/S <= e^eps0 the exact
+    rational bound of ldp_rational.exp_bound: the report is never weaker than
+    eps0-LDP on any float width (rounding only adds noise)."""
     if den < 2:
         raise ValueError("den must be >= 2, got %r" % (den,))
-    e = math.exp(eps0)
-    num = int(math.ceil(2 * den / (e + 1)))
-    while num < den and (2 * den - num) > e * num:
-        num += 1
+    a, s = exp_bound(eps0)
+    # (2 den - num) / num <= A / S  <=>  num >= 2 den S / (A + S)
+    num = (2 * den * s + a + s - 1) // (a + s)
     return max(1, min(num, den))
 
 

@@ -14,39 +14,41 @@
 import math
 
 from edge_agent.entropy import RandomBits, bit_length
+from edge_agent.ldp_rational import exp_bound
 from edge_agent.randomizer import check_finite
 
 DEFAULT_DEN = 1 << 20
 
 
 def choose_oracle(k, eps):
-    """'krr' when k < 3 e^eps + 2 (lower variance), else 'oue'."""
+    """'krr' when k < 3 e^eps + 2 (lower variance), else 'oue'. Decided with
+    the exact rational bound of e^eps, so a board with 32-bit floats picks the
+    same oracle as the fusion center."""
     if k < 2:
         raise ValueError("k must be >= 2, got %r" % (k,))
-    return "krr" if k < 3 * math.exp(eps) + 2 else "oue"
+    a, s = exp_bound(eps)
+    return "krr" if k * s < 3 * a + 2 * s else "oue"
 
 
 def krr_keep_fraction(eps, k, den=DEFAULT_DEN):
-    """Largest num with p = num/den <= e^eps / (e^eps + k - 1): the ratio
-    p (k - 1) / (1 - p) never exceeds e^eps."""
+    """Largest num with p = num/den <= r / (r + k - 1), r = A/S <= e^eps the
+    exact rational bound (ldp_rational.exp_bound): the ratio p (k - 1) / (1 - p)
+    never exceeds e^eps on any float width."""
     if not eps >= 0 or k < 2 or den < 2:
         raise ValueError("need eps >= 0, k >= 2, den >= 2; got %r, %r, %r" % (eps, k, den))
-    e = math.exp(eps)
-    num = int(math.floor(den * e / (e + k - 1)))
-    while num > 0 and num * (k - 1) > e * (den - num):
-        num -= 1
-    return max(num, 1)
+    a, s = exp_bound(eps)
+    # num (k - 1) / (den - num) <= A / S  <=>  num <= A den / ((k - 1) S + A)
+    return max(a * den // ((k - 1) * s + a), 1)
 
 
 def oue_flip_fraction(eps, den=DEFAULT_DEN):
-    """Smallest num with q = num/den >= 1 / (e^eps + 1): P(0-bit reported 1)."""
+    """Smallest num with q = num/den >= 1 / (r + 1), r = A/S <= e^eps exactly:
+    P(0-bit reported 1)."""
     if not eps >= 0 or den < 2:
         raise ValueError("need eps >= 0, den >= 2; got %r, %r" % (eps, den))
-    e = math.exp(eps)
-    num = int(math.ceil(den / (e + 1)))
-    while num < den // 2 and (den - num) > e * num:
-        num += 1
-    return min(num, den // 2)
+    a, s = exp_bound(eps)
+    # (den - num) / num <= A / S  <=>  num >= den S / (A + S)
+    return min((den * s + a + s - 1) // (a + s), den // 2)
 
 
 def krr_eps(keep_num, keep_den, k):

@@ -33,6 +33,23 @@ def exp_lower(num, den, frac_bits=_EXP_BITS):
     return total
 
 
+_EXP_UNITS_CAP = 40 * EPS_UNITS   # e^40 exceeds every denominator used here
+
+
+def exp_bound(eps):
+    """(A, S) integers with A / S <= exp(eps), eps rounded down to 1/EPS_UNITS
+    and capped at 40 (e^40 dwarfs every denominator drawn against, and a
+    lower exponent keeps it a lower bound). For the randomized-response
+    probabilities of binary_rr and categorical, so they never exceed the
+    stated eps on any float width."""
+    if not eps >= 0:
+        raise ValueError("eps must be >= 0, got %r" % (eps,))
+    units = eps_units_floor(eps)
+    if units > _EXP_UNITS_CAP:
+        units = _EXP_UNITS_CAP
+    return exp_lower(units, EPS_UNITS), 1 << _EXP_BITS
+
+
 def shrink(a, b, limit):
     """Halve a (floor) and b (b a power of two) until a + b < limit.
 

@@ -25,10 +25,13 @@ def test_output_matches_exact_distribution(num, den, x):
 
 @pytest.mark.parametrize("eps0", [0.1, 0.5, 1.0, 2.7, 5.0])
 def test_flip_fraction_never_weaker_than_eps0(eps0):
+    from edge_agent.randomizer import EPS_UNITS, eps_units_floor
+
     num = flip_fraction(eps0)
     assert local_eps(num, 1 << 20) <= eps0
-    assert local_eps(num - 1, 1 << 20) > eps0           # and the smallest such num
-    assert num / (1 << 20) == pytest.approx(2 / (math.exp(eps0) + 1), abs=2e-6)
+    # The smallest such num for eps0 rounded down to 1/EPS_UNITS (the exact integer bound's input).
+    assert local_eps(num - 1, 1 << 20) > eps_units_floor(eps0) / EPS_UNITS
+    assert num / (1 << 20) == pytest.approx(2 / (math.exp(eps_units_floor(eps0) / EPS_UNITS) + 1), abs=2e-6)
 
 
 def test_eps_zero_is_a_fair_coin_and_bad_input_rejected():
