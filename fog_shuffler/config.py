@@ -151,6 +151,15 @@ class FogConfig(TomlSettings):
         return check_finite("on_above", v)
 
     @model_validator(mode="after")
+    def _buds_batches(self) -> "FogConfig":
+        # A report hides among its BUDS batch only; batches of at least b/2 reports (buds_batches)
+        # must not be smaller than the k_min that every forwarded window is held to.
+        if self.shuffler.shuffle_mode == "buds" and self.shuffler.buds_batch_size < 2 * self.k_min:
+            raise ValueError(f"shuffler.buds_batch_size must be >= 2 x k_min = {2 * self.k_min} (a batch can be "
+                             f"half the batch size), got {self.shuffler.buds_batch_size}")
+        return self
+
+    @model_validator(mode="after")
     def _range(self) -> "FogConfig":
         if not self.x_min < self.x_max:
             raise ValueError(f"x_min must be < x_max, got {self.x_min} and {self.x_max}")

@@ -233,7 +233,8 @@ def grid_value_counts(a: np.ndarray, step: float, origin: float = 0.0) -> tuple[
     counts = np.bincount(k)
     present = counts > 0
     grid = origin + step * (lo + np.flatnonzero(present))
-    tol = 1e-9 * max(1.0, abs(float(grid[0])), abs(float(grid[-1])))
+    # A value counts as its grid point within a millionth of a step (or a few ulps of the largest value).
+    tol = max(1e-6 * step, 8 * float(np.spacing(max(abs(float(grid[0])), abs(float(grid[-1]))))))
     # Every value on its grid point (BR reports are): the values are the grid points.
     buf *= step
     buf += origin
@@ -246,14 +247,13 @@ def grid_value_counts(a: np.ndarray, step: float, origin: float = 0.0) -> tuple[
     means[present] = sums[present] / counts[present]
     np.take(means, k, out=buf)
     buf -= a
-    tol = 1e-9 * max(1.0, abs(float(means[present][0])), abs(float(means[present][-1])))
     if max(float(buf.max()), -float(buf.min())) > tol:
         return None
     return means[present], counts[present]
 
 
 def bootstrap_from_counts(values: np.ndarray, counts: np.ndarray, b: int = 1000, level: float = 0.95,
-                          rng: np.random.Generator | None = None) -> Estimate:
+                          rng: np.random.Generator | None = None, split=None) -> Estimate:
     """Bootstrap of the mean of n = sum(counts) reports taking `values` with
     multiplicities `counts`: each resample's counts are multinomial(n, counts / n),
     the distribution of resampling indices.
@@ -267,7 +267,7 @@ def bootstrap_from_counts(values: np.ndarray, counts: np.ndarray, b: int = 1000,
     the Monte Carlo error of a 2.5% point from B = 1000 resamples (sd 0.0049).
     Otherwise every value is drawn exactly.
     Cost O(B x (h + 1)) instead of O(B x n)."""
-    means = count_resample_means(values, counts, b, rng)
+    means = count_resample_means(values, counts, b, rng, split)
     lo, hi = np.quantile(means, [0.5 - level / 2, 0.5 + level / 2])
     return Estimate(float(means.mean()), float(lo), float(hi), int(np.sum(counts)))
 
@@ -304,8 +304,9 @@ def normal_tail_split(values: np.ndarray, counts: np.ndarray) -> tuple[int, floa
     return None
 
 
-def count_resample_means(values, counts, b: int, rng: np.random.Generator | None = None) -> np.ndarray:
-    """The B resample means behind bootstrap_from_counts."""
+def count_resample_means(values, counts, b: int, rng: np.random.Generator | None = None, split=None) -> np.ndarray:
+    """The B resample means behind bootstrap_from_counts (`split`: a
+    normal_tail_split result already computed for these values, or None)."""
     if b < 2:
         raise ValueError(f"bootstrap needs B >= 2 resamples, got {b}")
     rng = rng if rng is not None else np.random.default_rng()
@@ -315,9 +316,12 @@ def count_resample_means(values, counts, b: int, rng: np.random.Generator | None
     if n < 1:
         raise ValueError("no reports to bootstrap")
     p = counts / n
-    split = normal_tail_split(values, counts)
+    split = split if split is not None else normal_tail_split(values, counts)
     if split is None:
-        return rng.multinomial(n, p, size=b) @ values / n
+        # In blocks of rows, so B x distinct counts never sit in memory at once.
+        rows = max(1, BLOCK_ELEMENTS // values.size)
+        return np.concatenate([rng.multinomial(n, p, size=min(rows, b - s)) @ values / n
+                               for s in range(0, b, rows)])
     h, mu, sigma = split
     head = np.argsort(counts)[::-1][:h]
     draws = rng.multinomial(n, np.append(p[head], max(0.0, 1.0 - float(p[head].sum()))), size=b)
@@ -359,7 +363,7 @@ def _bootstrap_distinct(u: np.ndarray, c: np.ndarray, b: int, level: float, rng,
     drawn_exactly = u.size if split is None else split[0] + 1
     if int(c.sum()) < 10 * drawn_exactly:
         return bootstrap(reports(), b, level, rng=rng)
-    return bootstrap_from_counts(u, c, b, level, rng)
+    return bootstrap_from_counts(u, c, b, level, rng, split)
 
 
 def bootstrap_counts(z, b: int = 1000, level: float = 0.95, rng: np.random.Generator | None = None,

@@ -175,6 +175,16 @@ async def _drive_scaled(spec, agents, clock, epoch0, t0, n_t, fusion) -> int:
 
 
 async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
+    """Run the replay on spec.broker_url, or on a broker of its own that is
+    stopped however the run ends."""
+    if spec.broker_url is not None:
+        broker = BrokerConfig.from_url(spec.broker_url)
+        return await _run_on(spec, broker, f"{broker.host}:{broker.port}")
+    async with EmbeddedBroker() as eb:
+        return await _run_on(spec, BrokerConfig(host=eb.host, port=eb.port), f"{eb.host}:{eb.port} (embedded {eb.kind})")
+
+
+async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -> PipelineResult:
     started = time.monotonic()
     houses = [load_house(spec.data_dir, h) for h in spec.houses]
     epoch0 = epoch0_of(houses, spec.period_s)
@@ -200,13 +210,7 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
                             "mallows_delta_range": [spec.alpha, 10 * spec.alpha]},
               "bootstrap_b": spec.bootstrap_b, "windows_w": spec.windows_w,
               "device_mechanism": spec.device_mechanism, "on_above": spec.on_above, "bands": spec.bands}
-    broker_ctx = EmbeddedBroker() if spec.broker_url is None else None
-    if broker_ctx is not None:
-        await broker_ctx.__aenter__()
-        broker = BrokerConfig(host=broker_ctx.host, port=broker_ctx.port)
-    else:
-        broker = BrokerConfig.from_url(spec.broker_url)
-    params["broker"] = f"{broker.host}:{broker.port}" + (f" (embedded {broker_ctx.kind})" if broker_ctx else "")
+    params["broker"] = broker_label
     b = broker.model_dump()
     region = {"refit_houses": spec.houses, "refit_clones": spec.clone}
     fog = FogService(FogConfig.load(None, name=f"pipeline{id(spec) % 10000}", regions={"r1": region},
@@ -272,8 +276,6 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
             await asyncio.to_thread(transport.stop)
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if broker_ctx is not None:
-            await broker_ctx.__aexit__(None, None, None)
     return PipelineResult(params, aggregates, devices, reports, fog_stats, time.monotonic() - started)
 
 

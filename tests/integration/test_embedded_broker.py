@@ -51,3 +51,33 @@ def test_embedded_broker_carries_messages(prefer_mosquitto):
         assert proc.poll() is not None                                  # stopped with the context
     else:
         assert kind == "amqtt" and proc is None
+
+
+def test_a_replay_that_fails_to_start_leaves_no_broker_behind(tmp_path):
+    """A bad setting found after the broker started (an unknown shuffle mode):
+    the error reaches the caller and the private Mosquitto is stopped."""
+    import os
+    from pathlib import Path
+
+    from rase_common.settings import ConfigError
+    from simulators.pipeline import PipelineSpec, run_pipeline
+    from simulators.refit import bundled_dir
+
+    def my_brokers():
+        me = str(os.getpid())
+        out = []
+        for p in Path("/proc").iterdir():
+            if p.name.isdigit():
+                try:
+                    stat = (p / "stat").read_text()
+                except OSError:
+                    continue
+                if "(mosquitto)" in stat and stat.rsplit(")", 1)[1].split()[1] == me:
+                    out.append(p.name)
+        return out
+
+    spec = PipelineSpec(data_dir=bundled_dir(), houses=[1], hours=0.01, shuffle_mode="bogus", progress=False,
+                        work_dir=tmp_path)
+    with pytest.raises(ConfigError):
+        asyncio.run(run_pipeline(spec))
+    assert my_brokers() == []

@@ -159,3 +159,18 @@ def test_the_fog_forwards_buds_windows_with_the_smallest_batch_guarantee(tmp_pat
     assert b.mechanism == "buds" and b.groups == [(0, 49), (50, 99), (100, 149)]
     assert sorted(b.values) == [float(i) for i in range(150)]
     assert b.guarantee == window_guarantee("buds", eps0=1.0, n=50, delta=cfg.privacy_delta)
+
+
+def test_buds_batches_are_never_smaller_than_k_min():
+    """With buds_batch_size >= 2 k_min (the fog's rule), every batch of a
+    window of at least k_min reports holds at least k_min; smaller batch sizes
+    are refused."""
+    from fog_shuffler.config import FogConfig
+
+    for k_min in range(1, 25):
+        for n in range(k_min, 1500):
+            assert min(hi - lo + 1 for lo, hi in buds_batches(n, 2 * k_min)) >= k_min
+    regions = {"r1": {"groups": [["a", "b"]]}}
+    FogConfig.load(None, regions=regions, k_min=10, shuffler={"shuffle_mode": "buds", "buds_batch_size": 20})
+    with pytest.raises(Exception, match="buds_batch_size"):
+        FogConfig.load(None, regions=regions, k_min=10, shuffler={"shuffle_mode": "buds", "buds_batch_size": 19})
