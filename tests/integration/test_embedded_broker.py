@@ -76,8 +76,9 @@ def test_a_replay_that_fails_to_start_leaves_no_broker_behind(tmp_path):
                     out.append(p.name)
         return out
 
+    before = set(my_brokers())          # the session's shared Mosquitto is a child of this process too
     spec = PipelineSpec(data_dir=bundled_dir(), houses=[1], hours=0.01, shuffle_mode="bogus", progress=False,
                         work_dir=tmp_path)
     with pytest.raises(ConfigError):
         asyncio.run(run_pipeline(spec))
-    assert my_brokers() == []
+    assert set(my_brokers()) <= before
