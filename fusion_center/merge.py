@@ -18,6 +18,12 @@ from fusion_center.schema import (BINARY_MEANING, CATEGORICAL_MEANING, Aggregate
 ESTIMATORS = ("mean", "bs", "se", "mle", "count")   # every name an aggregate's estimates may carry
 
 
+def history_key(kind: str, name: str) -> str:
+    """Windowed averages only combine estimates of one kind of report: a
+    "mean" in watts and a "mean" share of devices on never share a series."""
+    return name if kind == "br" else f"{kind}/{name}"
+
+
 class TimestampMerger:
     """t closes when every known region has sent its window, or deadline_s
     after its first window arrived."""
@@ -52,9 +58,10 @@ class TimestampMerger:
 def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl, known_regions: set[str], *,
               level: float = 0.95, bootstrap_b: int = 1000, history: dict[str, dict[int, Estimate]] | None = None,
               windows_w: tuple[int, ...] = (), rng: np.random.Generator | None = None) -> tuple[Aggregate, dict]:
-    """Estimates for one timestamp. `history` maps estimator -> {t: Estimate}
-    of earlier timestamps (for windowed averages); the new ones are returned
-    alongside so the caller can extend it."""
+    """Estimates for one timestamp. `history` maps history_key(kind, estimator)
+    -> {t: Estimate} of earlier timestamps (for windowed averages); the new
+    ones are returned alongside so the caller can extend it (under
+    history_key(agg.mechanism, name))."""
     # Estimate the reports as what they are (each batch's kind): the deployment's
     # mechanism, or around a change of it the kind most reports have; others are counted.
     kinds: Counter[str] = Counter()
@@ -101,7 +108,7 @@ def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl,
     for w in windows_w:
         per = {}
         for name in est:
-            series = dict(hist.get(name, {}))
+            series = dict(hist.get(history_key(kind, name), {}))
             series[t] = est[name]
             per[name] = WindowedOut(**windowed(series, t, w, level))
         win[str(w)] = per

@@ -11,6 +11,7 @@ requirement is published retained at start and whenever the config file's
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 import logging
 import sqlite3
 import time
@@ -22,7 +23,7 @@ from pydantic import ValidationError
 from fog_shuffler.schema import WindowMessage
 from fusion_center.config import FusionConfig
 from fusion_center.estimators import Estimate
-from fusion_center.merge import ESTIMATORS, TimestampMerger, aggregate
+from fusion_center.merge import ESTIMATORS, TimestampMerger, aggregate, history_key
 from fusion_center.metrics import FusionMetrics
 from fusion_center.schema import AGGREGATE_LATEST_TOPIC, CONTROL_TOPIC, PrecisionControl, aggregate_topic
 from fusion_center.sources import KafkaWindowSource, MqttWindowSource, WindowSource
@@ -54,7 +55,7 @@ class FusionService:
         self.client.on_publish = lambda *a: self.wakeup.set()
         self.source = source or (KafkaWindowSource(cfg.kafka, self.wakeup) if cfg.source == "kafka"
                                  else MqttWindowSource(self.client, wakeup=self.wakeup))
-        self.history: dict[str, dict[int, Estimate]] = {name: {} for name in ESTIMATORS}
+        self.history: dict[str, dict[int, Estimate]] = defaultdict(dict)   # history_key(kind, name) -> {t: est}
         self.quarantine = Quarantine(self.store.db, self.metrics.rejected, log)
         self._held: list = []             # taken from the source, not yet stored (storage failing)
         self._storage_retry_at: float | None = None
@@ -74,7 +75,8 @@ class FusionService:
             for name in ESTIMATORS:
                 e = row["estimates"].get(name)   # rows stored before an estimator existed lack it
                 if e is not None:
-                    self.history[name][row["t"]] = Estimate(e["value"], e["ci"][0], e["ci"][1], e["n"])
+                    key = history_key(row.get("mechanism", "br"), name)
+                    self.history[key][row["t"]] = Estimate(e["value"], e["ci"][0], e["ci"][1], e["n"])
         if n:
             log.info("fusion restored %d stored windows of %d timestamps", n, len(self.merger.pending))
 
@@ -208,10 +210,11 @@ class FusionService:
                 if not agg.complete:
                     self.metrics.incomplete.inc()
                 for name in est:
-                    self.history[name][t] = est[name]
-                    cutoff = t - max(self.cfg.windows_w, default=0)
-                    for old in [k for k in self.history[name] if k <= cutoff]:
-                        del self.history[name][old]
+                    self.history[history_key(agg.mechanism, name)][t] = est[name]
+                cutoff = t - max(self.cfg.windows_w, default=0)
+                for series in self.history.values():
+                    for old in [k for k in series if k <= cutoff]:
+                        del series[old]
                 self.metrics.lag.observe(max(0.0, (self.clock.now() - first) / getattr(self.clock, "speedup", 1)))
             closed += 1
         return closed

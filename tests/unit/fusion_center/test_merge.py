@@ -46,7 +46,7 @@ def test_windowed_in_aggregate_uses_history():
         agg, est = aggregate(t, [window("r1", t, [float(t * 100)] * 3)], p, {"r1"}, history=hist,
                              windows_w=(3,), rng=np.random.default_rng(t))
         for k, e in est.items():
-            hist.setdefault(k, {})[t] = e
+            hist.setdefault(k, {})[t] = e   # BR: history_key("br", k) == k
     w3 = agg.windowed["3"]["se"]
     assert w3.present == 2 and w3.value == pytest.approx(300.0)   # t = 2 and 4 of 2..4
 
@@ -81,3 +81,20 @@ def test_aggregate_estimates_each_kind_as_what_it_is():
     assert agg.mechanism == "binary" and agg.other_kind_reports == 12
     agg, _ = aggregate(9, [br], PrecisionControl(mechanism="binary"), {"r2"}, rng=np.random.default_rng(0))
     assert agg.mechanism == "br" and agg.estimates["se"].value == pytest.approx(100.0)
+
+
+def test_windowed_averages_never_mix_kinds_of_report():
+    """Across a mechanism change a windowed "mean" restarts: watts from BR
+    and shares of devices on are different series."""
+    from fusion_center.merge import history_key
+
+    hist = {}
+    p_br, p_bin = PrecisionControl(), PrecisionControl(mechanism="binary")
+    for t in (1, 2):
+        agg, est = aggregate(t, [window("r1", t, [1000.0] * 12)], p_br, {"r1"}, history=hist, windows_w=(4,),
+                             rng=np.random.default_rng(t))
+        for k, e in est.items():
+            hist.setdefault(history_key(agg.mechanism, k), {})[t] = e
+    agg, _ = aggregate(3, [WindowMessage.uniform("r1", 3, [1.0] * 12, kind="binary")], p_bin, {"r1"},
+                       history=hist, windows_w=(4,), rng=np.random.default_rng(3))
+    assert agg.windowed["4"]["mean"].present == 1          # only t = 3: the BR means are not shares
