@@ -255,6 +255,11 @@ class FusionService:
         connect_in_background(self.client, self.cfg.broker)
         self.wakeup.bind()
         await self.source.start()
+        if self.cfg.central_target is not None:
+            ct = self.cfg.central_target
+            log.info("central target (%g, %g) over windows of %d uniformly shuffled reports: broadcasting eps %.4g "
+                     "per report; devices whose own eps is lower report nothing (no_eps_level)",
+                     ct.eps, ct.delta, ct.devices, self.precision.eps_levels[0])
         last_config_check = 0.0
         try:
             while not stop.is_set():
