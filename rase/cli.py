@@ -263,7 +263,7 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
 def _eval_counts(args: argparse.Namespace, data: Path, out: Path) -> int:
     import json
 
-    from simulators.evaluation import (LOAD_CLASS_EDGES_W, ON_THRESHOLD_W, kinds_from_replays,
+    from simulators.evaluation import (LOAD_CLASS_EDGES_W, ON_THRESHOLD_W, kinds_from_replays, plot_kinds,
                                        reports_errors_from_simulation)
 
     if args.replay:
@@ -279,8 +279,10 @@ def _eval_counts(args: argparse.Namespace, data: Path, out: Path) -> int:
         for r in rows:
             print(f"{r['mechanism']:>12} {r['eps']:>7.4g} {r['devices']:>8} {r['timestamps']:>11} {r['mae']:>9.4f} "
                   f"{r['bias']:>9.4f} {r['bias_se']:>7.4f} {r['coverage']:>9.3f}")
-        (out / "kinds.json").write_text(json.dumps(rows, indent=1))
-        print(f"written: {out / 'kinds.json'}")
+        plot_kinds(rows, out / "kinds.png")
+        (out / "kinds.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "series"} for r in rows],
+                                                   indent=1))
+        print(f"written: {out / 'kinds.json'}, {out / 'kinds.png'}")
         return 0
 
     eps_list = [float(e) for e in args.eps.split(",")]

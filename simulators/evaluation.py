@@ -359,6 +359,7 @@ def kinds_from_replays(data_dir: Path, paths: list[Path]) -> list[dict]:
         x = readings_matrix(devices, params["epoch0"], params["period_s"], t0, n_t)
         present = (~np.isnan(x)).sum(axis=0)
         err, bias, cover, n_mismatch = [], [], [], 0
+        series: list[tuple[int, list[float], list[dict]]] = []     # (t, truths, estimates) for the plot
         for r in rows:
             j = r["t"] - t0
             col = x[:, j][~np.isnan(x[:, j])]
@@ -372,6 +373,7 @@ def kinds_from_replays(data_dir: Path, paths: list[Path]) -> list[dict]:
                 classes = load_classes(col, params["bands"]).astype(int)
                 true = list(np.bincount(classes, minlength=len(params["bands"]) + 1) / col.size)
                 got = r["frequencies"]
+            series.append((r["t"], [float(v) for v in true], list(got)))
             for e, tv in zip(got, true):
                 err.append(abs(e["value"] - tv))
                 bias.append(e["value"] - tv)
@@ -382,5 +384,44 @@ def kinds_from_replays(data_dir: Path, paths: list[Path]) -> list[dict]:
                     "bias": float(np.mean(bias)) if bias else None,
                     "bias_se": float(np.std(bias) / math.sqrt(len(bias))) if bias else None,
                     "coverage": float(np.mean(cover)) if cover else None,
-                    "on_above": params.get("on_above"), "bands": params.get("bands")})
+                    "on_above": params.get("on_above"), "bands": params.get("bands"),
+                    "period_s": params["period_s"], "series": series})
     return out
+
+
+def plot_kinds(rows: list[dict], path: Path) -> None:
+    """One panel per replay: the truth from the CSVs against the estimate and
+    its 95% interval over time (binary: devices on; categorical: the share in
+    each band)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(rows), 1, figsize=(11, 3.6 * len(rows)), squeeze=False)
+    colors = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+    for ax, r in zip(axes[:, 0], rows):
+        s = r["series"]
+        if not s:
+            continue
+        hours = (np.array([t for t, _, _ in s]) - s[0][0]) * r["period_s"] / 3600.0
+        k = len(s[0][1])
+        labels = ["devices on"] if r["mechanism"] == "binary" else \
+            [f"band {j}" + (f" (<= {r['bands'][0]:g} W)" if j == 0 else f" (> {r['bands'][j - 1]:g} W)")
+             for j in range(k)]
+        for j in range(k):
+            c = colors[j % len(colors)]
+            est = np.array([e[j]["value"] for _, _, e in s])
+            lo = np.array([e[j]["ci"][0] for _, _, e in s])
+            hi = np.array([e[j]["ci"][1] for _, _, e in s])
+            ax.fill_between(hours, lo, hi, color=c, alpha=0.15, linewidth=0)
+            ax.plot(hours, est, color=c, linewidth=0.6, alpha=0.8, label=f"{labels[j]}: estimate, 95% interval")
+            ax.plot(hours, [tv[j] for _, tv, _ in s], color=c, linewidth=1.6, label=f"{labels[j]}: truth")
+        ax.set_title(f"{r['mechanism']} reports, eps {r['eps']:.3g}, {r['devices']} devices: MAE {r['mae']:.3g}, "
+                     f"coverage {r['coverage']:.3f}")
+        ax.set_xlabel("hours into the replay")
+        ax.set_ylabel("devices" if r["mechanism"] == "binary" else "share of devices")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

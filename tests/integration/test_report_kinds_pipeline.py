@@ -74,6 +74,7 @@ def test_report_kind_replay_through_mosquitto_is_unbiased_and_covers(kind, mosqu
     # `rase eval counts --replay` computes the same numbers.
     rase("eval", "counts", "--replay", str(out), "--out", str(tmp_path / "ev"))
     scored = json.loads((tmp_path / "ev" / "kinds.json").read_text())[0]
+    assert (tmp_path / "ev" / "kinds.png").stat().st_size > 10_000          # truth against estimates, plotted
     assert scored["n_mismatch"] == 0 and scored["estimates"] == errs.size
     assert scored["mae"] == pytest.approx(np.mean(np.abs(errs)), rel=1e-9)
     assert scored["coverage"] == pytest.approx(np.mean(hits), rel=1e-9)
