@@ -33,6 +33,7 @@ from fog_shuffler.windows import ClosedWindow, WindowManager
 from rase_common.clock import ScaledClock, WallClock
 from rase_common.loop import Wakeup, seconds_to_next_period, wait_or_stop
 from rase_common.quarantine import Quarantine
+from rase_common.storage import StorageOutage
 from rase_common.mqtt import connect_in_background, paho_client
 
 log = logging.getLogger(__name__)
@@ -74,8 +75,7 @@ class FogService:
         self.quarantine = Quarantine(self.journal.db, self.metrics.rejected, log)
         self._held: list[mqtt.MQTTMessage] = []   # taken, not journaled (storage failing)
         self._rebuild = False
-        self._storage_retry_at: float | None = None
-        self._storage_backoff_s = 1.0
+        self.storage = StorageOutage(self.metrics.storage_ok, log, "fog journal", "reports")
         self.rejected_since: Counter[str] = Counter()
         self.late_reported: Counter[str] = Counter()
         self.suppressed_since: Counter[str] = Counter()
@@ -230,21 +230,6 @@ class FogService:
         self._restore()
         self._rebuild = False
 
-    def _storage_failed(self, err: Exception) -> None:
-        if self._storage_retry_at is None:
-            log.error("fog journal cannot be written (%s): holding reports unacknowledged and retrying", err)
-        self.metrics.storage_ok.set(0)
-        self._rebuild = True
-        self._storage_retry_at = time.monotonic() + self._storage_backoff_s
-        self._storage_backoff_s = min(30.0, self._storage_backoff_s * 2)
-
-    def _storage_recovered(self) -> None:
-        if self._storage_retry_at is not None:
-            log.warning("fog journal writable again: resuming")
-            self._storage_retry_at = None
-            self._storage_backoff_s = 1.0
-            self.metrics.storage_ok.set(1)
-
     # -- closing and forwarding ----------------------------------------------
     def build_message(self, cw: ClosedWindow) -> tuple[WindowMessage, float]:
         """Shuffle each eps level (of each report kind) of a closed window on its own (see schema)."""
@@ -329,8 +314,9 @@ class FogService:
         self.wakeup.bind()
         try:
             while not stop.is_set():
-                if self._storage_retry_at is not None and time.monotonic() < self._storage_retry_at:
-                    await wait_or_stop(stop, self._storage_retry_at - time.monotonic())
+                wait = self.storage.wait_s()
+                if wait:
+                    await wait_or_stop(stop, wait)
                     continue
                 try:
                     self.process_controls()
@@ -338,9 +324,10 @@ class FogService:
                     took = self.process_inbox()
                     await self.close_due()
                     await self.forward_outbox()
-                    self._storage_recovered()
+                    self.storage.recovered()
                 except sqlite3.Error as err:   # disk full, read-only, I/O error: a state, not a crash
-                    self._storage_failed(err)
+                    self._rebuild = True       # the in-memory windows may hold what the journal lost
+                    self.storage.failed(err)
                     continue
                 if took < BATCH and self.inbox.empty() and not self._held:
                     # Idle: wake on the next report or the next period boundary (windows come due).

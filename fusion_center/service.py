@@ -29,6 +29,7 @@ from fusion_center.schema import AGGREGATE_LATEST_TOPIC, CONTROL_TOPIC, Precisio
 from fusion_center.sources import KafkaWindowSource, MqttWindowSource, WindowSource
 from fusion_center.store import AggregateStore
 from rase_common.quarantine import Quarantine
+from rase_common.storage import StorageOutage
 from rase_common.clock import ScaledClock, WallClock
 from rase_common.loop import Wakeup
 from rase_common.mqtt import connect_in_background, paho_client
@@ -58,8 +59,7 @@ class FusionService:
         self.history: dict[str, dict[int, Estimate]] = defaultdict(dict)   # history_key(kind, name) -> {t: est}
         self.quarantine = Quarantine(self.store.db, self.metrics.rejected, log)
         self._held: list = []             # taken from the source, not yet stored (storage failing)
-        self._storage_retry_at: float | None = None
-        self._storage_backoff_s = 1.0
+        self.storage = StorageOutage(self.metrics.storage_ok, log, "fusion store", "input")
         self.connected = False
         self._control_sent: PrecisionControl | None = None
         self._inflight: dict[tuple[str, int], list[mqtt.MQTTMessageInfo]] = {}
@@ -121,7 +121,7 @@ class FusionService:
         """Validate and store what arrived; acknowledge only what is stored
         or quarantined. While the store cannot be written nothing is taken or
         acknowledged (the broker keeps it) and the write is retried."""
-        if self._storage_retry_at is not None and time.monotonic() < self._storage_retry_at:
+        if self.storage.wait_s():
             return 0
         got = self._held or await self.source.poll(5000)
         self._held = []
@@ -131,13 +131,13 @@ class FusionService:
                 self._take(r, now)
             except sqlite3.Error as err:
                 self._held = got[i:]
-                self._storage_failed(err)
+                self.storage.failed(err)
                 return i
             except Exception as err:  # noqa: BLE001 - a bug this input triggers must not stop the service
                 log.exception("window could not be processed; quarantined")
                 self.quarantine.put("windows", "internal", repr(err), r.payload, now)
                 r.ack()
-        self._storage_recovered()
+        self.storage.recovered()
         return len(got)
 
     def _take(self, r, now: float) -> None:
@@ -156,20 +156,6 @@ class FusionService:
         else:
             self.metrics.duplicates.inc()
         r.ack()
-
-    def _storage_failed(self, err: Exception) -> None:
-        if self._storage_retry_at is None:
-            log.error("fusion store cannot be written (%s): holding input unacknowledged and retrying", err)
-        self.metrics.storage_ok.set(0)
-        self._storage_retry_at = time.monotonic() + self._storage_backoff_s
-        self._storage_backoff_s = min(30.0, self._storage_backoff_s * 2)
-
-    def _storage_recovered(self) -> None:
-        if self._storage_retry_at is not None:
-            log.warning("fusion store writable again: resuming")
-        self._storage_retry_at = None
-        self._storage_backoff_s = 1.0
-        self.metrics.storage_ok.set(1)
 
     def _estimate(self, t: int, windows: list[WindowMessage]):
         t0 = time.perf_counter()
@@ -269,15 +255,14 @@ class FusionService:
                     await self.close_due()
                     self.publish_unpublished()
                 except sqlite3.Error as err:   # disk full, read-only, I/O error: a state, not a crash
-                    self._storage_failed(err)
+                    self.storage.failed(err)
                     took = 0
                 if time.monotonic() - last_config_check > 1.0:
                     self.check_config_change()
                     last_config_check = time.monotonic()
                 if not took:
-                    idle = self._idle_s()
-                    if self._storage_retry_at is not None:
-                        idle = max(0.0, self._storage_retry_at - time.monotonic())
+                    retry_in = self.storage.wait_s()   # while storage fails: until the next write attempt
+                    idle = self._idle_s() if retry_in is None else retry_in
                     await self.wakeup.wait(stop, idle)
         finally:
             await self.source.stop()
