@@ -14,6 +14,7 @@ import math
 
 from edge_agent.entropy import RandomBits
 from edge_agent.ldp_rational import exp_bound
+from edge_agent.mechanisms import ReportKindRandomizer
 from edge_agent.randomizer import check_finite
 
 DEFAULT_DEN = 1 << 20
@@ -65,7 +66,7 @@ def on_off(power_w, threshold_w):
     return 1 if power_w > threshold_w else 0
 
 
-class OnOffRandomizer:
+class OnOffRandomizer(ReportKindRandomizer):
     """The device side of the `binary` mechanism: the reading (power) is on
     when above `on_above`; the bit is reported by BinaryRR with p from the
     eps level (flip_fraction), so the fusion center knows p from eps alone."""
@@ -73,20 +74,11 @@ class OnOffRandomizer:
     mechanism = "binary"
 
     def __init__(self, on_above, bits=None):
+        ReportKindRandomizer.__init__(self, bits)
         self.on_above = check_finite("on_above", on_above)
-        self.bits = bits if bits is not None else RandomBits()
-        self._rr = {}
 
-    def params(self, eps):
-        rr = self._rr.get(eps)
-        if rr is None:
-            if not eps > 0:
-                raise ValueError("eps must be > 0, got %r" % (eps,))
-            rr = self._rr[eps] = BinaryRR(flip_fraction(eps), DEFAULT_DEN, self.bits)
-        return rr
+    def _oracle(self, eps):
+        return BinaryRR(flip_fraction(eps), DEFAULT_DEN, self.bits)
 
     def quantize(self, x):
         return on_off(check_finite("reading", x), self.on_above)
-
-    def randomize(self, x, eps):
-        return self.params(eps).randomize(self.quantize(x)), False

@@ -15,6 +15,7 @@ import math
 
 from edge_agent.entropy import RandomBits, bit_length
 from edge_agent.ldp_rational import exp_bound
+from edge_agent.mechanisms import ReportKindRandomizer, check_bands
 from edge_agent.randomizer import check_finite
 
 DEFAULT_DEN = 1 << 20
@@ -127,7 +128,7 @@ def band_of(x, bands):
     return c
 
 
-class BandRandomizer:
+class BandRandomizer(ReportKindRandomizer):
     """The device side of the `categorical` mechanism: the reading's band
     among the edges is reported by kRR (a category) or OUE (a k-bit mask),
     whichever choose_oracle picks for k and eps, so the fusion center knows
@@ -136,26 +137,14 @@ class BandRandomizer:
     mechanism = "categorical"
 
     def __init__(self, bands, bits=None):
-        from edge_agent.mechanisms import check_bands
+        ReportKindRandomizer.__init__(self, bits)
         self.bands = check_bands(list(bands))
         self.k = len(self.bands) + 1
-        self.bits = bits if bits is not None else RandomBits()
-        self._oracles = {}
 
-    def params(self, eps):
-        o = self._oracles.get(eps)
-        if o is None:
-            if not eps > 0:
-                raise ValueError("eps must be > 0, got %r" % (eps,))
-            if choose_oracle(self.k, eps) == "krr":
-                o = KaryRR(self.k, krr_keep_fraction(eps, self.k), DEFAULT_DEN, self.bits)
-            else:
-                o = OptimizedUnaryEncoding(self.k, oue_flip_fraction(eps), DEFAULT_DEN, self.bits)
-            self._oracles[eps] = o
-        return o
+    def _oracle(self, eps):
+        if choose_oracle(self.k, eps) == "krr":
+            return KaryRR(self.k, krr_keep_fraction(eps, self.k), DEFAULT_DEN, self.bits)
+        return OptimizedUnaryEncoding(self.k, oue_flip_fraction(eps), DEFAULT_DEN, self.bits)
 
     def quantize(self, x):
         return band_of(check_finite("reading", x), self.bands)
-
-    def randomize(self, x, eps):
-        return self.params(eps).randomize(self.quantize(x)), False

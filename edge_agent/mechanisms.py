@@ -39,6 +39,34 @@ def check_mechanism(name):
     return name
 
 
+class ReportKindRandomizer:
+    """Base of the binary and categorical randomizers: one exact oracle per eps
+    level, built by the subclass's _oracle(eps) and kept, applied to the
+    reading's public mapping (the subclass's quantize)."""
+
+    def __init__(self, bits=None):
+        from edge_agent.entropy import RandomBits
+        self.bits = bits if bits is not None else RandomBits()
+        self._oracles = {}
+
+    def params(self, eps):
+        o = self._oracles.get(eps)
+        if o is None:
+            if not eps > 0:
+                raise ValueError("eps must be > 0, got %r" % (eps,))
+            o = self._oracles[eps] = self._oracle(eps)
+        return o
+
+    def _oracle(self, eps):
+        raise NotImplementedError
+
+    def quantize(self, x):
+        raise NotImplementedError
+
+    def randomize(self, x, eps):
+        return self.params(eps).randomize(self.quantize(x)), False
+
+
 def make_randomizer(mechanism, calibration, bits=None, on_above=DEFAULT_ON_ABOVE, bands=None):
     """A fresh randomizer of the named mechanism over calibration (mean
     mechanisms), on_above (binary) or bands (categorical)."""
