@@ -50,12 +50,13 @@ def forged_windows() -> list[tuple[str, bytes]]:
     return out
 
 
-def test_forged_windows_never_stop_the_fusion_center(own_mosquitto, tmp_path):
+def fusion_starter(tmp_path, broker_port: int, name: str, extra_toml: str = ""):
+    """A `rase fusion` config for region r1 in tmp_path, its log, and a function
+    that starts (or restarts) the process on it."""
     db = tmp_path / "fusion.sqlite"
-    mport = free_port()
     cfg = tmp_path / "fusion.toml"
-    cfg.write_text(f'name = "poison"\nregions = ["r1"]\nmerge_deadline_s = 60\nbootstrap_b = 200\n'
-                   f'store_path = "{db}"\nmetrics_port = {mport}\n[broker]\nport = {own_mosquitto.port}\n')
+    cfg.write_text(f'name = "{name}"\nregions = ["r1"]\nmerge_deadline_s = 60\nbootstrap_b = 200\n'
+                   f'store_path = "{db}"\n{extra_toml}[broker]\nport = {broker_port}\n')
     log_path = tmp_path / "fusion.log"
     log = open(log_path, "ab")
 
@@ -63,6 +64,12 @@ def test_forged_windows_never_stop_the_fusion_center(own_mosquitto, tmp_path):
         return subprocess.Popen([sys.executable, "-m", "rase.cli", "fusion", "--config", str(cfg)],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
+    return db, log_path, log, start
+
+
+def test_forged_windows_never_stop_the_fusion_center(own_mosquitto, tmp_path):
+    mport = free_port()
+    db, log_path, log, start = fusion_starter(tmp_path, own_mosquitto.port, "poison", f"metrics_port = {mport}\n")
     proc = start()
     try:
         wait_log(log_path, "fusion connected", 1)
@@ -213,20 +220,11 @@ def test_windows_a_deployment_cannot_estimate_are_quarantined_not_fatal(own_mosq
     out of range): each timestamp is quarantined as estimate_failed, its
     stored windows dropped, and the service, also after a restart, goes on
     aggregating the good windows around them."""
-    db = tmp_path / "fusion.sqlite"
-    cfg = tmp_path / "fusion.toml"
-    cfg.write_text(f'name = "kinds"\nregions = ["r1"]\nmerge_deadline_s = 60\nbootstrap_b = 200\n'
-                   f'store_path = "{db}"\n[precision]\nmechanism = "categorical"\n'
-                   f'[broker]\nport = {own_mosquitto.port}\n')
-    log_path = tmp_path / "fusion.log"
-    log = open(log_path, "ab")
+    db, log_path, log, start = fusion_starter(tmp_path, own_mosquitto.port, "kinds",
+                                              '[precision]\nmechanism = "categorical"\n')
 
     def window(t, values):
         return WindowMessage.uniform("r1", t, values, kind="categorical").model_dump_json()
-
-    def start():
-        return subprocess.Popen([sys.executable, "-m", "rase.cli", "fusion", "--config", str(cfg)],
-                                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
     proc = start()
     try:
