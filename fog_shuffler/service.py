@@ -80,6 +80,7 @@ class FogService:
         self.late_reported: Counter[str] = Counter()
         self.suppressed_since: Counter[str] = Counter()
         self.connected = False
+        self.reports_taken = 0            # messages journaled or rejected since start (a replay driver's progress)
         self._restore()
 
     # -- start-up -----------------------------------------------------------
@@ -206,21 +207,21 @@ class FogService:
             self._held = msgs        # not acknowledged: retried, or redelivered by the broker after a restart
             self._rebuild = True     # the in-memory windows took reports the journal did not
             raise
+        outcomes: Counter[str] = Counter()
         for kind, reason, detail, msg in after:
             if kind == "rejected":
                 self.quarantine.put(msg.topic, reason, detail, msg.payload)   # counts it by reason too
                 parts = msg.topic.split("/")
                 if len(parts) == 5 and parts[3] in self.cfg.regions:
                     self.rejected_since[parts[3]] += 1
-            elif kind == "accepted":
-                self.metrics.accepted.inc()
-            elif kind == "duplicate":
-                self.metrics.duplicates.inc()
             else:
-                self.metrics.late.inc()
-        for msg in msgs:
-            if msg.qos > 0:
-                self.client.ack(msg.mid, msg.qos)
+                outcomes[kind] += 1
+        for kind, counter in (("accepted", self.metrics.accepted), ("duplicate", self.metrics.duplicates),
+                              ("late", self.metrics.late)):
+            if outcomes[kind]:
+                counter.inc(outcomes[kind])
+        self.client.ack_batch(msgs)
+        self.reports_taken += len(msgs)
         return len(msgs)
 
     def _rebuild_from_journal(self) -> None:

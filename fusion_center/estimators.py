@@ -120,9 +120,12 @@ def _resample_means(a: np.ndarray, b: int, rng: np.random.Generator) -> np.ndarr
     n = a.size
     rows = max(1, BLOCK_ELEMENTS // n)
     out = np.empty(b)
+    # 32-bit indices: the same uniform draws (numpy's bounded integers are
+    # exact at any width), at a third of the cost of 64-bit ones plus take().
+    dtype = np.int32 if n < 2**31 else np.int64
     for s in range(0, b, rows):
         e = min(b, s + rows)
-        out[s:e] = a.take(rng.integers(0, n, size=(e - s, n))).mean(axis=1)
+        out[s:e] = a[rng.integers(0, n, size=(e - s, n), dtype=dtype)].mean(axis=1)
     return out
 
 

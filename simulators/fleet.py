@@ -110,3 +110,63 @@ class ReadingTable:
             return None
         v = self.readings[i]
         return None if v != v else float(v)
+
+
+class FleetGate:
+    """What the replay driver and its fleet process share (shared memory,
+    no messages): how far the fleet may go, and how far it has gone.
+
+    allowed: the fleet may produce timestamp index i while i < allowed.
+    done: timestamp indexes 0 .. done - 1 have been produced (randomized and
+    handed to the outbox), and produced[i] is the running total of reports
+    up to and including index i."""
+
+    def __init__(self, ctx, n_t: int):  # noqa: ANN001 - a multiprocessing context
+        self.allowed = ctx.Value("q", 0, lock=False)
+        self.done = ctx.Value("q", 0, lock=False)
+        self.produced = ctx.Array("q", max(1, n_t), lock=False)
+        self.control = ctx.Event()      # the devices applied the retained precision broadcast
+        self.stop = ctx.Event()         # the driver gave up: leave without draining
+
+
+def run_fleet(cfgs: list, readings: list[np.ndarray], t0: int, n_t: int, epoch0: float, period_s: float,
+              broker: BrokerConfig, client_id: str, gate: FleetGate) -> None:
+    """The fleet's side of a fast replay, in a process of its own so that the
+    devices' samplers and their MQTT traffic use the second core: every
+    device (a real AgentCore from its AgentConfig) reads and randomizes each
+    timestamp just before its end, as `_drive_fleet` did in the driver's
+    process, when the driver allows that timestamp; then every report is
+    delivered (acked by the broker) before it returns."""
+    import time
+
+    from edge_agent.service import build_core
+
+    transport = FleetTransport([build_core(c) for c in cfgs], broker, client_id)
+    tables = [ReadingTable(r, t0) for r in readings]
+    transport.start()
+    try:
+        if not transport.control_applied.wait(60):
+            raise RuntimeError("the simulated devices did not receive the precision broadcast within 60 s")
+        gate.control.set()
+        reports = 0
+        for i in range(n_t):
+            while gate.allowed.value <= i:
+                if gate.stop.is_set():
+                    return
+                transport.pump()
+                time.sleep(0.0005)
+            t = t0 + i
+            now = epoch0 + (t + 1) * period_s - 1e-3
+            with transport.lock:
+                for core, table in zip(transport.cores, tables):
+                    x = table.at(t)
+                    if x is not None and core.step(x, now) is not None:
+                        reports += 1
+            gate.produced[i] = reports
+            gate.done.value = i + 1
+            transport.pump()
+        while not gate.stop.is_set() and (transport.pump() or any(len(c.outbox) for c in transport.cores)
+                                          or transport.inflight > 0):
+            time.sleep(0.001)
+    finally:
+        transport.stop()

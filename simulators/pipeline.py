@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import multiprocessing as mp
 import sys
 import tempfile
 import time
@@ -32,7 +33,7 @@ from fusion_center.service import FusionService
 from rase_common.clock import ManualClock, ScaledClock
 from rase_common.mqtt import BrokerConfig
 from simulators.embedded_broker import EmbeddedBroker
-from simulators.fleet import FleetTransport, ReadingTable
+from simulators.fleet import FleetGate, run_fleet
 from simulators.refit import DEFAULT_MAX_HOLD_S, House, RefitColumnSource, epoch0_of, grid_readings, load_house
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,8 @@ class PipelineSpec:
     clone: int = 1
     clone_shift_s: float = 3600.0        # clone c replays its house c * this later (wrapping round the trace)
     k_min: int = 10
-    lateness_periods: int = 4            # lets the driver run a few timestamps ahead of the fog
+    lateness_periods: int = 8            # lets the fleet run a few timestamps ahead of the fog (windows that are
+                                         # complete close at once whatever this is)
     alpha: float = 30.0
     group_size: int = 9
     bootstrap_b: int = 1000
@@ -127,36 +129,55 @@ def _progress(spec: PipelineSpec, i: int, n_t: int, reports: int, stored: int, s
         print("\r" + line if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
 
-async def _drive_fleet(spec, fleet, tables, clock, epoch0, t0, n_t, taken, services) -> int:
-    """Manual clock, one shared connection: each t just before its end every
-    simulated device reads and randomizes; the fog may lag by max_lag t."""
-    reports = 0
-    produced: list[int] = []
+async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, taken, services) -> int:
+    """Manual clock, the fleet in a process of its own (one shared
+    connection): each t just before its end every simulated device reads and
+    randomizes. The fleet may run one t ahead of the clock (the fog accepts
+    t + 1) and the fog may lag max_lag t behind, so the fleet, the fog and
+    the fusion center work at the same time, on both cores."""
+    ctx = mp.get_context("spawn")     # the driver's process has paho threads running: no fork
+    gate = FleetGate(ctx, n_t)
+    readings = [grid_readings(d.house, d.column, epoch0, spec.period_s, t0 + n_t, shift_s=d.shift_s)[t0:]
+                for d in devices]
+    proc = ctx.Process(target=run_fleet, name="rase-replay-fleet", daemon=True,
+                       args=(cfgs, readings, t0, n_t, epoch0, spec.period_s, broker,
+                             f"replay-fleet-{id(spec) % 10000}", gate))
+    proc.start()
+
+    async def until(pred, what: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not pred():
+            if not proc.is_alive() and not pred():
+                raise RuntimeError(f"the replay's device fleet stopped (exit code {proc.exitcode}) {what}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"replay stalled: {what} not reached after {timeout_s:.0f} s")
+            await asyncio.sleep(0.0005)
+
     max_lag = max(0, spec.lateness_periods - 2)
     state: dict = {}
-    for i, t in enumerate(range(t0, t0 + n_t)):
-        now = epoch0 + (t + 1) * spec.period_s - 1e-3
-        clock.set(now)
-        for svc in services:        # a manual clock moved: windows may be due
-            svc.wakeup.set()
-        with fleet.lock:
-            for core, table in zip(fleet.cores, tables):
-                x = table.at(t)
-                if x is not None and core.step(x, now) is not None:
-                    reports += 1
-        fleet.pump()
-        produced.append(reports)
-        need = produced[i - max_lag] if i >= max_lag else 0
-        deadline = time.monotonic() + 30
-        while taken() < need and time.monotonic() < deadline:
-            fleet.pump()
-            await asyncio.sleep(0.001)
-        if taken() < need:
-            log.warning("t=%d: fog has %d of %d reports after 30 s", t, taken(), need)
-        _progress(spec, i + 1, n_t, reports, services[-1].store.count(), state)
-    while fleet.pump() or len([c for c in fleet.cores if len(c.outbox)]):
-        await asyncio.sleep(0.001)
-    return reports
+    try:
+        await until(gate.control.is_set, "before the precision broadcast reached the devices", 90)
+        for i, t in enumerate(range(t0, t0 + n_t)):
+            clock.set(epoch0 + (t + 1) * spec.period_s - 1e-3)
+            for svc in services:        # a manual clock moved: windows may be due
+                svc.wakeup.set()
+            gate.allowed.value = i + 2  # t and t + 1
+            j = i - max_lag
+            if j >= 0:
+                await until(lambda: gate.done.value > j and taken() >= gate.produced[j],
+                            f"the fog taking every report of t={t0 + j}", 60)
+            _progress(spec, i + 1, n_t, gate.produced[i] if gate.done.value > i else 0,
+                      services[-1].store.count(), state)
+        await until(lambda: not proc.is_alive(), "every report delivered", 120)
+        if proc.exitcode != 0:
+            raise RuntimeError(f"the replay's device fleet failed (exit code {proc.exitcode})")
+        return gate.produced[n_t - 1] if n_t else 0
+    finally:
+        if proc.is_alive():
+            gate.stop.set()
+            await asyncio.to_thread(proc.join, 10)
+            if proc.is_alive():
+                proc.terminate()
 
 
 async def _drive_scaled(spec, agents, clock, epoch0, t0, n_t, fusion) -> int:
@@ -233,7 +254,6 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
     stop = asyncio.Event()
     tasks = [asyncio.create_task(fog.run(stop)), asyncio.create_task(fusion.run(stop))]
     agents = []
-    transport = None
     try:
         cfgs = []
         for d in devices:
@@ -242,16 +262,9 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
                                          # Simulated devices: one ledger write per 1000 reports, not per report.
                                          ledger_reserve_reports=1000, outbox_capacity=100_000, broker=b))
             (work / "ledgers" / f"{d.id}.json").unlink(missing_ok=True)
-        taken = lambda: (fog.metrics.value("reports_accepted")  # noqa: E731
-                         + fog.metrics.value("reports_rejected", reason="t_out_of_range"))
+        taken = lambda: fog.reports_taken  # noqa: E731
         if spec.speedup is None:
-            tables = [ReadingTable(grid_readings(d.house, d.column, epoch0, spec.period_s, t0 + n_t,
-                                                 shift_s=d.shift_s)[t0:], t0) for d in devices]
-            transport = FleetTransport([build_core(c) for c in cfgs], broker, f"replay-fleet-{id(spec) % 10000}")
-            transport.start()
-            if not await _wait(transport.control_applied.is_set, 60):
-                raise RuntimeError("the simulated devices did not receive the precision broadcast within 60 s")
-            reports = await _drive_fleet(spec, transport, tables, clock, epoch0, t0, n_t, taken, (fog, fusion))
+            reports = await _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, taken, (fog, fusion))
         else:
             agents = [AgentService(cfg, source=RefitColumnSource(d.house, d.column, phase_s=d.shift_s), clock=clock)
                       for cfg, d in zip(cfgs, devices)]
@@ -272,8 +285,6 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
         aggregates = fusion.store.recent("all", t0, t0 + n_t)
         fog_stats = fog.metrics.summary()
     finally:
-        if transport is not None:
-            await asyncio.to_thread(transport.stop)
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
     return PipelineResult(params, aggregates, devices, reports, fog_stats, time.monotonic() - started)
