@@ -81,6 +81,7 @@ class FogService:
         self.suppressed_since: Counter[str] = Counter()
         self.connected = False
         self.reports_taken = 0            # messages journaled or rejected since start (a replay driver's progress)
+        self.windows_sent = 0             # windows the sink accepted since start
         self._restore()
 
     # -- start-up -----------------------------------------------------------
@@ -301,6 +302,7 @@ class FogService:
                 log.warning("forwarding deferred: %s", err)
                 break
             self.journal.mark_sent(region, t)
+            self.windows_sent += 1
             sent += 1
         return sent
 

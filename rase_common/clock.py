@@ -51,3 +51,18 @@ class ManualClock:
     async def sleep_until(self, unix_s: float) -> None:
         self.set(unix_s)
         await asyncio.sleep(0)
+
+
+class SharedManualClock(ManualClock):
+    """A manual clock whose time lives in shared memory (a multiprocessing
+    Value of type 'd'), so services in other processes follow the driver's
+    time (the --fast replay's fusion center)."""
+
+    def __init__(self, value) -> None:  # noqa: ANN001 - multiprocessing Value('d')
+        self._value = value
+
+    def now(self) -> float:
+        return self._value.value
+
+    def set(self, unix_s: float) -> None:
+        self._value.value = max(self._value.value, unix_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 import struct
 from pathlib import Path
@@ -85,7 +86,15 @@ class Client(mqtt.Client):
     messages at once."""
 
     def _create_socket(self):  # noqa: ANN202 - paho's socket factory, called on every (re)connect
-        return ReadBufferedSocket(super()._create_socket())
+        sock = super()._create_socket()
+        # paho leaves Nagle's algorithm on: a small PUBLISH or PUBACK written
+        # while an earlier segment is unacknowledged waits for the peer's
+        # delayed ACK (up to 40 ms on Linux), which serialises a stream of reports.
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except (OSError, AttributeError):
+            pass          # not TCP (a unix socket, a websocket wrapper)
+        return ReadBufferedSocket(sock)
 
     def ack_batch(self, messages) -> None:  # noqa: ANN001
         """PUBACK every QoS 1 message of a batch (manual acks), waking paho's

@@ -74,7 +74,9 @@ class EmbeddedBroker:
                         # As root, mosquitto would drop to user `mosquitto`.
                         + ("user root\n" if hasattr(os, "geteuid") and os.geteuid() == 0 else "")
                         # The default of 1000 silently drops QoS 1 messages queued for a slow subscriber.
-                        + "persistence false\nmax_queued_messages 0\nmax_inflight_messages 0\nlog_dest none\n")
+                        + "persistence false\nmax_queued_messages 0\nmax_inflight_messages 0\nlog_dest none\n"
+                        # Nagle off: small reports are forwarded at once, not after a delayed ACK.
+                        + "set_tcp_nodelay true\n")
         self._proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL)
         if wait_port(self.port, 10.0, self._proc):

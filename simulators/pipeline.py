@@ -30,7 +30,8 @@ from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
 from fusion_center.schema import PrecisionControl
 from fusion_center.service import FusionService
-from rase_common.clock import ManualClock, ScaledClock
+from fusion_center.store import AggregateStore
+from rase_common.clock import ManualClock, ScaledClock, SharedManualClock
 from rase_common.mqtt import BrokerConfig
 from simulators.embedded_broker import EmbeddedBroker
 from simulators.fleet import FleetGate, run_fleet
@@ -121,15 +122,16 @@ async def _wait(pred, timeout_s: float) -> bool:
     return pred()
 
 
-def _progress(spec: PipelineSpec, i: int, n_t: int, reports: int, stored: int, state: dict) -> None:
+def _progress(spec: PipelineSpec, i: int, n_t: int, reports: int, stored, state: dict) -> None:
+    """stored() counts the aggregates; it is called only when a line is printed."""
     tty = sys.stderr.isatty()
     if spec.progress and (time.monotonic() - state.get("last", 0) > (1.0 if tty else 10.0) or i == n_t):
         state["last"] = time.monotonic()
-        line = f"  replay t {i:>6}/{n_t}  reports {reports:>8}  aggregates {stored:>6}"
+        line = f"  replay t {i:>6}/{n_t}  reports {reports:>8}  aggregates {stored():>6}"
         print("\r" + line if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
 
-async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, taken, services) -> int:
+async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, taken, fog, fusion) -> int:
     """Manual clock, the fleet in a process of its own (one shared
     connection): each t just before its end every simulated device reads and
     randomizes. The fleet may run one t ahead of the clock (the fog accepts
@@ -149,6 +151,7 @@ async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, take
         while not pred():
             if not proc.is_alive() and not pred():
                 raise RuntimeError(f"the replay's device fleet stopped (exit code {proc.exitcode}) {what}")
+            fusion.check()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"replay stalled: {what} not reached after {timeout_s:.0f} s")
             await asyncio.sleep(0.0005)
@@ -159,15 +162,14 @@ async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, take
         await until(gate.control.is_set, "before the precision broadcast reached the devices", 90)
         for i, t in enumerate(range(t0, t0 + n_t)):
             clock.set(epoch0 + (t + 1) * spec.period_s - 1e-3)
-            for svc in services:        # a manual clock moved: windows may be due
-                svc.wakeup.set()
+            fog.wakeup.set()            # a manual clock moved: windows may be due
+            fusion.wake()
             gate.allowed.value = i + 2  # t and t + 1
             j = i - max_lag
             if j >= 0:
                 await until(lambda: gate.done.value > j and taken() >= gate.produced[j],
                             f"the fog taking every report of t={t0 + j}", 60)
-            _progress(spec, i + 1, n_t, gate.produced[i] if gate.done.value > i else 0,
-                      services[-1].store.count(), state)
+            _progress(spec, i + 1, n_t, gate.produced[i] if gate.done.value > i else 0, fusion.stored, state)
         await until(lambda: not proc.is_alive(), "every report delivered", 120)
         if proc.exitcode != 0:
             raise RuntimeError(f"the replay's device fleet failed (exit code {proc.exitcode})")
@@ -180,7 +182,7 @@ async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, take
                 proc.terminate()
 
 
-async def _drive_scaled(spec, agents, clock, epoch0, t0, n_t, fusion) -> int:
+async def _drive_scaled(spec, agents, clock, epoch0, t0, n_t, stored) -> int:
     """Scaled clock: the agents run their own loops, as deployed."""
     stop = asyncio.Event()
     tasks = [asyncio.create_task(a.run(stop)) for a in agents]
@@ -188,11 +190,113 @@ async def _drive_scaled(spec, agents, clock, epoch0, t0, n_t, fusion) -> int:
     state: dict = {}
     while clock.now() < end:
         i = min(n_t, int((clock.now() - epoch0) // spec.period_s) - t0)
-        _progress(spec, i, n_t, sum(a.core.sent for a in agents), fusion.store.count(), state)
+        _progress(spec, i, n_t, sum(a.core.sent for a in agents), stored, state)
         await asyncio.sleep(0.2)
     stop.set()
     await asyncio.gather(*tasks)
     return sum(a.core.sent for a in agents)
+
+
+class InProcessFusion:
+    """The fusion center on the driver's loop (scaled-clock replays)."""
+
+    def __init__(self, service: FusionService):
+        self.service = service
+
+    def start(self, stop: asyncio.Event) -> asyncio.Task:
+        return asyncio.create_task(self.service.run(stop))
+
+    def wake(self) -> None:
+        self.service.wakeup.set()
+
+    def check(self) -> None:
+        pass
+
+    def stored(self) -> int:
+        return self.service.store.count()
+
+    def caught_up(self, windows_sent: int) -> bool:
+        return not self.service.merger.pending and self.stored() >= windows_sent
+
+    async def stop(self) -> None:
+        pass
+
+    def aggregates(self, t_from: int, t_to: int) -> list[dict]:
+        return self.service.store.recent("all", t_from, t_to)
+
+
+def _fusion_main(cfg: FusionConfig, clock: SharedManualClock, stop_flag) -> None:  # noqa: ANN001
+    """A fusion center process on the driver's shared clock, until stop_flag is set."""
+    for noisy in ("fusion_center",):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    async def main() -> None:
+        service = FusionService(cfg, clock=clock)
+        stop = asyncio.Event()
+        task = asyncio.create_task(service.run(stop))
+        while not stop_flag.is_set() and not task.done():
+            await asyncio.sleep(0.05)
+        stop.set()
+        await task
+
+    asyncio.run(main())
+
+
+class FusionProcess:
+    """The fusion center in a process of its own (--fast replays), so the
+    estimates use the second core while the fog takes the next reports. It
+    follows the driver's clock through shared memory and wakes on windows
+    (MQTT) and on its merge deadline; its store is read once it has stopped."""
+
+    def __init__(self, cfg: FusionConfig, clock: SharedManualClock):
+        ctx = mp.get_context("spawn")
+        self.cfg = cfg
+        self.stop_flag = ctx.Event()
+        self.proc = ctx.Process(target=_fusion_main, args=(cfg, clock, self.stop_flag), name="rase-replay-fusion",
+                                daemon=True)
+        self._reader: AggregateStore | None = None
+
+    def start(self, stop: asyncio.Event) -> asyncio.Task:
+        self.proc.start()
+
+        async def watch() -> None:
+            await stop.wait()
+            self.stop_flag.set()
+        return asyncio.create_task(watch())
+
+    def wake(self) -> None:
+        pass           # it looks at the shared clock on its own: at most tick_s (5 ms) later
+
+    def check(self) -> None:
+        if not self.proc.is_alive():
+            raise RuntimeError(f"the replay's fusion center stopped (exit code {self.proc.exitcode})")
+
+    def stored(self) -> int:
+        if self._reader is None:
+            if not Path(self.cfg.store_path).exists():
+                return 0
+            self._reader = AggregateStore(self.cfg.store_path, readonly=True)
+        return self._reader.count()
+
+    def caught_up(self, windows_sent: int) -> bool:
+        self.check()
+        return self.stored() >= windows_sent
+
+    async def stop(self) -> None:
+        self.stop_flag.set()
+        await asyncio.to_thread(self.proc.join, 30)
+        if self.proc.is_alive():
+            self.proc.terminate()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def aggregates(self, t_from: int, t_to: int) -> list[dict]:
+        store = AggregateStore(self.cfg.store_path, readonly=True)
+        try:
+            return store.recent("all", t_from, t_to)
+        finally:
+            store.close()
 
 
 async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
@@ -220,7 +324,8 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
     for noisy in ("edge_agent", "fog_shuffler", "fusion_center"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     start = epoch0 + t0 * spec.period_s
-    clock = ManualClock(start) if spec.speedup is None else ScaledClock(start, spec.speedup)
+    clock = (SharedManualClock(mp.get_context("spawn").Value("d", start, lock=False)) if spec.speedup is None
+             else ScaledClock(start, spec.speedup))
     precision = PrecisionControl(x_min=spec.x_min, x_max=spec.x_max, gamma=spec.gamma, period_s=spec.period_s,
                                  mechanism=spec.device_mechanism, on_above=spec.on_above, bands=spec.bands,
                                  epoch0=epoch0, eps_levels=[spec.eps])
@@ -246,13 +351,15 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
                                     shuffler={"alpha": spec.alpha, "group_size": spec.group_size,
                                               "delta_max_factor": 10.0, "shuffle_mode": spec.shuffle_mode}),
                      clock=clock)
-    fusion = FusionService(FusionConfig.load(None, name=f"pipeline{id(spec) % 10000}", regions=["r1"],
-                                             merge_deadline_s=spec.period_s * 4, bootstrap_b=spec.bootstrap_b,
-                                             windows_w=spec.windows_w, store_path=work / "fusion.sqlite",
-                                             tick_s=0.005, precision=precision.model_dump(), broker=b),
-                           clock=clock)
+    fusion_cfg = FusionConfig.load(None, name=f"pipeline{id(spec) % 10000}", regions=["r1"],
+                                   merge_deadline_s=spec.period_s * 4, bootstrap_b=spec.bootstrap_b,
+                                   windows_w=spec.windows_w, store_path=work / "fusion.sqlite",
+                                   tick_s=0.005, precision=precision.model_dump(), broker=b)
+    # --fast: the fusion center runs in a process of its own, on the driver's shared clock.
+    fusion = (FusionProcess(fusion_cfg, clock) if isinstance(clock, SharedManualClock)
+              else InProcessFusion(FusionService(fusion_cfg, clock=clock)))
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(fog.run(stop)), asyncio.create_task(fusion.run(stop))]
+    tasks = [asyncio.create_task(fog.run(stop)), fusion.start(stop)]
     agents = []
     try:
         cfgs = []
@@ -264,29 +371,31 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
             (work / "ledgers" / f"{d.id}.json").unlink(missing_ok=True)
         taken = lambda: fog.reports_taken  # noqa: E731
         if spec.speedup is None:
-            reports = await _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, taken, (fog, fusion))
+            reports = await _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, taken, fog, fusion)
         else:
             agents = [AgentService(cfg, source=RefitColumnSource(d.house, d.column, phase_s=d.shift_s), clock=clock)
                       for cfg, d in zip(cfgs, devices)]
-            reports = await _drive_scaled(spec, agents, clock, epoch0, t0, n_t, fusion)
+            reports = await _drive_scaled(spec, agents, clock, epoch0, t0, n_t, fusion.stored)
         await _wait(lambda: taken() >= reports, 30)
         # Let the last windows close (lateness) and the fusion center catch up.
         flush_to = epoch0 + (t0 + n_t + spec.lateness_periods + 2) * spec.period_s
         if isinstance(clock, ManualClock):
             clock.set(flush_to)
             fog.wakeup.set()
-            fusion.wakeup.set()
+            fusion.wake()
         else:
             await asyncio.sleep(max(0.0, (flush_to - clock.now()) / spec.speedup))
-        await _wait(lambda: not fog.windows.open and not fusion.merger.pending, 30)
+        await _wait(lambda: not fog.windows.open and not fog.journal.unsent() and fusion.caught_up(fog.windows_sent),
+                    30)
         await asyncio.sleep(0.2)
         if spec.progress and sys.stderr.isatty():
             print(file=sys.stderr)
-        aggregates = fusion.store.recent("all", t0, t0 + n_t)
         fog_stats = fog.metrics.summary()
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await fusion.stop()
+    aggregates = fusion.aggregates(t0, t0 + n_t)
     return PipelineResult(params, aggregates, devices, reports, fog_stats, time.monotonic() - started)
 
 

@@ -62,6 +62,7 @@ class Mosquitto(BrokerProcess):
             # The default of 1000 silently drops QoS 1 messages queued for a slow subscriber.
             "max_queued_messages 0\n"
             "max_inflight_messages 0\n"
+            "set_tcp_nodelay true\n"                # as configs/mosquitto/mosquitto.conf
             f"log_dest file {self.log_path}\n"
             "log_type error\nlog_type warning\nlog_type notice\nlog_type information\n"
             + extra_conf)
