@@ -241,16 +241,17 @@ def pipeline(port: int, fogs: int, publishers: int, devices: int, windows: int) 
             for p in procs:
                 p.wait(15)
         last_window = max(sub.windows.values()) if sub.windows else float("nan")
-        lat = []
-        for t, (at, _n) in sub.aggregates.items():
+        by_t = {}
+        for t, (at, _n) in sorted(sub.aggregates.items()):
             seen = [ts for (r, tt), ts in sub.windows.items() if tt == t]
             if seen:
-                lat.append(at - max(seen))
-        lat.sort()
+                by_t[t] = at - max(seen)
+        lat = sorted(by_t.values())
         n_agg = sum(n for _at, n in sub.aggregates.values())
         secs = last_window - started
         return {"fogs": fogs, "reports": sent, "seconds": secs, "rate": sent / secs,
                 "windows": len(sub.windows), "aggregates": len(sub.aggregates), "lost": sent - n_agg,
+                "latency_ms_in_t_order": [round(1000 * v) for v in by_t.values()],
                 "latency_p50_ms": 1000 * lat[len(lat) // 2] if lat else None,
                 "latency_p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None}
 

@@ -45,6 +45,9 @@ def connect_in_background(client: mqtt.Client, broker: BrokerConfig) -> None:
     client.loop_start()
 
 
+_PUBACK = struct.Struct("!BBH")       # MQTT 3.1.1 PUBACK: type 0x40, remaining length 2, packet id
+
+
 class ReadBufferedSocket:
     """A connected socket whose reads come from a 64 KiB buffer.
 
@@ -101,10 +104,11 @@ class Client(mqtt.Client):
         network thread once instead of once per message.
 
         paho's ack() writes a byte to its wake-up socket for every PUBACK it
-        queues: one system call per report, a sixth of the fog's loop under a
-        flood. This queues the same PUBACK packets the way ack() does (paho
-        2.x's outgoing packet deque, thread-safe appends) and wakes the
-        thread once. paho is pinned below 3; tests/rase_common/test_mqtt.py
+        queues, and its thread then writes every PUBACK with a send() of its
+        own: two system calls per report, a sixth of the fog's loop under a
+        flood. This queues the same PUBACK packets, concatenated, the way
+        ack() queues one (paho 2.x's outgoing packet deque, thread-safe
+        appends) and wakes the thread once. paho is pinned below 3; tests/rase_common/test_mqtt.py
         checks the acks reach a real broker."""
         mids = [m.mid for m in messages if m.qos == 1]
         if not self._manual_ack or not mids or self._thread is None:
@@ -112,9 +116,11 @@ class Client(mqtt.Client):
                 if m.qos > 0:
                     self.ack(m.mid, m.qos)
             return
-        for mid in mids:
-            self._out_packet.append({"command": mqtt.PUBACK, "mid": mid, "qos": 1, "pos": 0, "to_process": 4,
-                                     "packet": struct.pack("!BBH", mqtt.PUBACK, 2, mid), "info": None})
+        # One outgoing entry holding every PUBACK back to back: paho writes it
+        # with one send() (resuming a partial write) instead of one per report.
+        acks = b"".join([_PUBACK.pack(0x40, 2, mid) for mid in mids])
+        self._out_packet.append({"command": mqtt.PUBACK, "mid": mids[0], "qos": 1, "pos": 0,
+                                 "to_process": len(acks), "packet": acks, "info": None})
         for m in messages:
             if m.qos == 2:
                 self.ack(m.mid, 2)
