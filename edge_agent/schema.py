@@ -5,14 +5,18 @@ The agent owns these messages; consumers (the fog) validate with these models.
 
 from __future__ import annotations
 
-import math
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
+from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, StrictInt
 
 from edge_agent.wire import STATES, VERSION
 
 MAX_REPORT_BYTES = 256
+
+
+# A finite JSON number: NaN and +-Infinity (which JSON parsers accept, and
+# 1e999 becomes) fail with the error type "finite_number".
+FiniteNumber = Annotated[float, Strict(), AllowInfNan(False)] | StrictInt
 
 
 class Report(BaseModel):
@@ -20,16 +24,9 @@ class Report(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     v: Literal[1]
     t: StrictInt = Field(ge=0)
-    y: StrictFloat | StrictInt
-    eps: StrictFloat | StrictInt = Field(gt=0)
+    y: FiniteNumber
+    eps: FiniteNumber = Field(gt=0)
     seq: StrictInt = Field(ge=0)
-
-    @field_validator("y", "eps")
-    @classmethod
-    def _finite(cls, v: float) -> float:
-        if not math.isfinite(v):
-            raise ValueError("must be finite")
-        return v
 
 
 class PrivacySpent(BaseModel):

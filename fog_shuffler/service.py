@@ -71,6 +71,7 @@ class FogService:
         self.client = paho_client(cfg.broker, f"fog-{cfg.name}", clean_session=False, manual_ack=True)
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
+        self.client.on_subscribe = self._on_subscribe
         self.sink = sink or (KafkaWindowSink(cfg.kafka) if cfg.sink == "kafka" else MqttWindowSink(self.client))
         self.quarantine = Quarantine(self.journal.db, self.metrics.rejected, log)
         self._held: list[mqtt.MQTTMessage] = []   # taken, not journaled (storage failing)
@@ -80,6 +81,7 @@ class FogService:
         self.late_reported: Counter[str] = Counter()
         self.suppressed_since: Counter[str] = Counter()
         self.connected = False
+        self._session_present = False
         self.reports_taken = 0            # messages journaled or rejected since start (a replay driver's progress)
         self.windows_sent = 0             # windows the sink accepted since start
         self._restore()
@@ -108,11 +110,20 @@ class FogService:
         if reason_code.is_failure:
             log.error("fog connect refused: %s", reason_code)
             return
+        self._session_present = flags.session_present
         client.subscribe([(f"rase/v1/reports/{r}/+", 1) for r in self.cfg.regions] + [(wire.CONTROL_TOPIC, 1)])
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties):  # noqa: ANN001
+        # Connected counts from the SUBACK: before it, reports published to the
+        # broker would not be routed to this session (a start-up race tests saw).
+        failed = [rc for rc in reason_codes if rc.is_failure]
+        if failed:
+            log.error("fog subscription refused by the broker (%s): check its ACL", failed[0])
+            return
         self.connected = True
         self.wakeup.set()  # windows held while offline can go now
-        log.info("fog connected to %s:%d (session present: %s)", self.cfg.broker.host, self.cfg.broker.port,
-                 flags.session_present)
+        log.info("fog connected to %s:%d and subscribed (session present: %s)", self.cfg.broker.host,
+                 self.cfg.broker.port, self._session_present)
 
     def now_t(self) -> int:
         return self.protocol.current.t_of(self.clock.now())

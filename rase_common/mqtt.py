@@ -88,6 +88,8 @@ class Client(mqtt.Client):
     """paho's client with buffered reads, and acknowledging a batch of
     messages at once."""
 
+    DRAIN_PACKETS = 256
+
     def _create_socket(self):  # noqa: ANN202 - paho's socket factory, called on every (re)connect
         sock = super()._create_socket()
         # paho leaves Nagle's algorithm on: a small PUBLISH or PUBACK written
@@ -98,6 +100,18 @@ class Client(mqtt.Client):
         except (OSError, AttributeError):
             pass          # not TCP (a unix socket, a websocket wrapper)
         return ReadBufferedSocket(sock)
+
+    def loop_read(self, max_packets: int = 1) -> mqtt.MQTTErrorCode:
+        """paho reads one packet per turn of its loop (a select() and the
+        loop's own checks per report); while whole packets are already in
+        our buffer, read on, up to DRAIN_PACKETS per turn, so writes and
+        keepalives still get their turn under a flood."""
+        rc = super().loop_read(max_packets)
+        for _ in range(self.DRAIN_PACKETS):
+            if rc != mqtt.MQTT_ERR_SUCCESS or self._sock is None or not self._sock.pending():
+                break
+            rc = super().loop_read(1)
+        return rc
 
     def ack_batch(self, messages) -> None:  # noqa: ANN001
         """PUBACK every QoS 1 message of a batch (manual acks), waking paho's
