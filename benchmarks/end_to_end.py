@@ -2,7 +2,7 @@
 process(es) -> `rase fusion` process -> a subscriber, all real processes on
 loopback, against the same broker's raw ceiling measured in the same run.
 
-    python benchmarks/end_to_end.py [--devices 10000] [--windows 6] [--publishers 3] [--json]
+    python benchmarks/end_to_end.py [--devices 10000] [--windows 20] [--publishers 3] [--json]
 
 Measured:
 - ceiling: P load-generator processes -> Mosquitto -> one paho subscriber,
@@ -214,6 +214,48 @@ def _start(args: list[str], log: Path) -> subprocess.Popen:
                             stdout=open(log, "ab"), stderr=subprocess.STDOUT, cwd=ROOT)
 
 
+class CpuSampler:
+    """Every 50 ms: the machine's busy jiffies (/proc/stat) and the fog
+    processes' CPU time, so a run can say how many cores were busy and how
+    many reports a fog takes per CPU second (Linux only; empty elsewhere)."""
+
+    def __init__(self, pids: list[int]):
+        self.pids = pids
+        self.samples: list[tuple[float, float, float, float]] = []   # (time, busy, total, fog cpu) in seconds
+        self._stop = threading.Event()
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        try:
+            cpu = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+            fog = 0
+            for pid in self.pids:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                fog += int(fields[11]) + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            return None
+        idle = cpu[3] + cpu[4]
+        return time.time(), (sum(cpu) - idle) / self._tick, sum(cpu) / self._tick, fog / self._tick
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            s = self._read()
+            if s:
+                self.samples.append(s)
+            time.sleep(0.05)
+
+    def between(self, t_from: float, t_to: float) -> dict:
+        self._stop.set()
+        inside = [s for s in self.samples if t_from <= s[0] <= t_to]
+        if len(inside) < 2:
+            return {}
+        a, b = inside[0], inside[-1]
+        return {"busy_cores": (b[1] - a[1]) / (b[2] - a[2]) * (os.cpu_count() or 1),
+                "fog_cpu_s": b[3] - a[3], "window_s": b[0] - a[0]}
+
+
 def pipeline(port: int, fogs: int, publishers: int, devices: int, windows: int) -> dict:
     """`fogs` fog processes, one region each, each region `devices` devices."""
     regions = [f"r{i + 1}" for i in range(fogs)]
@@ -223,6 +265,7 @@ def pipeline(port: int, fogs: int, publishers: int, devices: int, windows: int) 
         procs = [_start(["fusion", "--config", str(fusion_cfg)], work / "fusion.log")]
         procs += [_start(["fog", "--config", str(c)], work / f"{c.stem}.log") for c in fog_cfgs]
         sub = Subscriber(port, ["rase/v1/windows/#", "rase/v1/aggregates/t/#"])
+        cpu = CpuSampler([p.pid for p in procs[1:]])
         try:
             time.sleep(3.0)   # services connected and subscribed
             t0 = int(time.time() // PERIOD_S) - LATENESS // 2
@@ -249,7 +292,11 @@ def pipeline(port: int, fogs: int, publishers: int, devices: int, windows: int) 
         lat = sorted(by_t.values())
         n_agg = sum(n for _at, n in sub.aggregates.values())
         secs = last_window - started
-        return {"fogs": fogs, "reports": sent, "seconds": secs, "rate": sent / secs,
+        use = cpu.between(started, last_window)
+        if use:
+            # The fogs' CPU over the sampled span, scaled to the whole run.
+            use["reports_per_fog_cpu_s"] = sent / (use["fog_cpu_s"] * secs / use["window_s"])
+        return {"fogs": fogs, "reports": sent, "seconds": secs, "rate": sent / secs, **use,
                 "windows": len(sub.windows), "aggregates": len(sub.aggregates), "lost": sent - n_agg,
                 "latency_ms_in_t_order": [round(1000 * v) for v in by_t.values()],
                 "latency_p50_ms": 1000 * lat[len(lat) // 2] if lat else None,
@@ -259,7 +306,7 @@ def pipeline(port: int, fogs: int, publishers: int, devices: int, windows: int) 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--devices", type=int, default=10_000, help="reports per window (devices per region)")
-    ap.add_argument("--windows", type=int, default=6, help="windows (timestamps) per region")
+    ap.add_argument("--windows", type=int, default=20, help="windows (timestamps) per region")
     ap.add_argument("--publishers", type=int, default=3, help="load-generator processes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -272,12 +319,16 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             broker.stop()
     print(f"cores: {os.cpu_count()}; windows of {args.devices} reports; {args.publishers} load-generator processes")
-    print(f"{'run':<34}{'reports/s':>12}{'vs ceiling':>12}{'p50 ms':>10}{'p99 ms':>10}{'lost':>7}")
+    print(f"{'run':<34}{'reports/s':>12}{'vs ceiling':>12}{'p50 ms':>10}{'p99 ms':>10}{'lost':>7}"
+          f"{'busy cores':>12}{'per fog CPU s':>15}")
     print(f"{'ceiling: pubs -> Mosquitto -> 1 sub':<34}{ceil['rate']:>12,.0f}{1.0:>12.2f}")
     for name, r in (("one fog", one), ("two fogs (half the devices each)", two)):
         p50 = f"{r['latency_p50_ms']:.0f}" if r["latency_p50_ms"] is not None else "-"
         p99 = f"{r['latency_p99_ms']:.0f}" if r["latency_p99_ms"] is not None else "-"
-        print(f"{name:<34}{r['rate']:>12,.0f}{r['rate'] / ceil['rate']:>12.2f}{p50:>10}{p99:>10}{r['lost']:>7}")
+        busy = f"{r['busy_cores']:.2f}" if "busy_cores" in r else "-"
+        per_cpu = f"{r['reports_per_fog_cpu_s']:,.0f}" if "reports_per_fog_cpu_s" in r else "-"
+        print(f"{name:<34}{r['rate']:>12,.0f}{r['rate'] / ceil['rate']:>12.2f}{p50:>10}{p99:>10}{r['lost']:>7}"
+              f"{busy:>12}{per_cpu:>15}")
     print(f"two fogs / one fog: {two['rate'] / one['rate']:.2f}")
     if args.json:
         print(json.dumps({"ceiling": ceil, "one_fog": one, "two_fogs": two,

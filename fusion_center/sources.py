@@ -57,6 +57,14 @@ class MqttWindowSource:
                 prev(c, userdata, flags, reason_code, properties)
         client.on_connect = on_connect
 
+        def on_subscribe(c, userdata, mid, reason_codes, properties):  # noqa: ANN001
+            # Windows published before this SUBACK may not reach a new session.
+            if any(rc.is_failure for rc in reason_codes):
+                log.error("fusion subscription to %s refused by the broker: check its ACL", self.topic)
+            else:
+                log.info("fusion subscribed to %s", self.topic)
+        client.on_subscribe = on_subscribe
+
     async def start(self) -> None:
         pass  # the service connects the shared client
 

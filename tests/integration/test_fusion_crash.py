@@ -82,8 +82,7 @@ port = {own_mosquitto.port}
     pub.connect("127.0.0.1", own_mosquitto.port)
     pub.loop_start()
     try:
-        wait_log(log_path, "fusion connected", 1)
-        time.sleep(0.3)
+        wait_log(log_path, "fusion subscribed", 1)
         infos = []
         killed = False
         for t in range(1, N + 1):

@@ -72,8 +72,7 @@ def test_forged_windows_never_stop_the_fusion_center(own_mosquitto, tmp_path):
     db, log_path, log, start = fusion_starter(tmp_path, own_mosquitto.port, "poison", f"metrics_port = {mport}\n")
     proc = start()
     try:
-        wait_log(log_path, "fusion connected", 1)
-        time.sleep(0.5)   # "connected" is logged before the subscription to the windows is acknowledged
+        wait_log(log_path, "fusion subscribed", 1)     # the SUBACK: windows published now reach it
         forged = forged_windows()
         for t in range(1, 11):      # each forged window once, between good ones
             publish_once(own_mosquitto.port, "rase/v1/windows/r1", good_window(t))
@@ -228,8 +227,7 @@ def test_windows_a_deployment_cannot_estimate_are_quarantined_not_fatal(own_mosq
 
     proc = start()
     try:
-        wait_log(log_path, "fusion connected", 1)
-        time.sleep(0.5)
+        wait_log(log_path, "fusion subscribed", 1)
         publish_once(own_mosquitto.port, "rase/v1/windows/r1", window(1, [0, 1, 2, 3] * 3))
         publish_once(own_mosquitto.port, "rase/v1/windows/r1", window(2, [0.5] * 12))
         publish_once(own_mosquitto.port, "rase/v1/windows/r1", window(3, [99] * 12))
