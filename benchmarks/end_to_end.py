@@ -78,23 +78,39 @@ def _publish_all(port: int, cid: str, messages: list[tuple[str, str]], start_at:
     sizes = [min(CHUNK, len(packets) - i) for i in range(0, len(packets), CHUNK)]
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    var = _mqtt_str(b"MQTT") + bytes([4, 0x02]) + (0).to_bytes(2, "big")   # level 4, clean session, no keepalive
+    # Level 4 (3.1.1), clean session, keepalive 3600 s: it publishes without
+    # pause, so it never sends PINGREQ and only PUBACKs come back. (Keepalive 0
+    # is refused by Mosquitto >= 2.0.12 under its default max_keepalive.)
+    var = _mqtt_str(b"MQTT") + bytes([4, 0x02]) + (3600).to_bytes(2, "big")
     body = var + _mqtt_str(cid.encode())
+    sock.settimeout(30)
     sock.sendall(b"\x10" + _varint(len(body)) + body)
-    if sock.recv(4) != b"\x20\x02\x00\x00":
-        raise RuntimeError("the broker refused the load generator's CONNECT")
+    connack = b""
+    while len(connack) < 4:
+        part = sock.recv(4 - len(connack))
+        if not part:
+            break
+        connack += part
+    if connack != b"\x20\x02\x00\x00":
+        raise RuntimeError(f"the broker refused the load generator's CONNECT: {connack!r}")
+    sock.settimeout(None)
     acks = [0]
     cond = threading.Condition()
 
-    def read_acks() -> None:    # nothing but PUBACKs (4 bytes each) comes back: no subscriptions, no keepalive
+    def read_acks() -> None:    # nothing but PUBACKs (4 bytes each) comes back: no subscriptions, no PINGREQ
         got = 0
-        while got < 4 * len(packets):
-            data = sock.recv(65536)
-            if not data:
-                return
-            got += len(data)
+        try:
+            while got < 4 * len(packets):
+                data = sock.recv(65536)
+                if not data:
+                    return
+                got += len(data)
+                with cond:
+                    acks[0] = got // 4
+                    cond.notify()
+        finally:
             with cond:
-                acks[0] = got // 4
+                acks.append("done")      # wakes a sender waiting for acks that will not come
                 cond.notify()
 
     reader = threading.Thread(target=read_acks, daemon=True)
@@ -104,10 +120,14 @@ def _publish_all(port: int, cid: str, messages: list[tuple[str, str]], start_at:
     sent = 0
     for chunk, k in zip(chunks, sizes):
         with cond:
-            cond.wait_for(lambda: sent + k - acks[0] <= INFLIGHT)
+            if not cond.wait_for(lambda: sent + k - acks[0] <= INFLIGHT or len(acks) > 1, timeout=60) \
+                    or len(acks) > 1:
+                raise RuntimeError(f"the broker stopped acknowledging ({acks[0]} of {sent} acked)")
         sock.sendall(chunk)
         sent += k
     reader.join(120)
+    if acks[0] < len(packets):
+        raise RuntimeError(f"only {acks[0]} of {len(packets)} PUBLISHes were acknowledged")
     sock.sendall(b"\xe0\x00")     # DISCONNECT
     sock.close()
 
@@ -174,6 +194,8 @@ def _run_publishers(port: int, per_proc: list[list[tuple[str, str]]]) -> float:
         p.start()
     for p in procs:
         p.join()
+    if any(p.exitcode != 0 for p in procs):
+        raise RuntimeError(f"a load generator failed (exit codes {[p.exitcode for p in procs]})")
     return start_at
 
 
@@ -236,6 +258,7 @@ class CpuSampler:
                 fog += int(fields[11]) + int(fields[12])
         except (OSError, ValueError, IndexError):
             return None
+        cpu = cpu[:8]       # user .. steal; guest and guest_nice are already inside user and nice
         idle = cpu[3] + cpu[4]
         return time.time(), (sum(cpu) - idle) / self._tick, sum(cpu) / self._tick, fog / self._tick
 

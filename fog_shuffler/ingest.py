@@ -3,6 +3,7 @@ reason (SPEC 4). Pure: no I/O, no clock of its own."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -48,16 +49,19 @@ class IngestRules:
 
 
 def _rejection(err: ValidationError) -> Rejected:
-    """The reason a report failed Report's validation: not JSON, not an
-    object, a non-finite number (NaN, Infinity, 1e999), or any other
-    departure from the schema."""
+    """The reason a report failed Report's validation: not JSON (which
+    means UTF-8 without a byte order mark, RFC 8259 section 8.1), not an
+    object, a non-finite number (NaN, Infinity, 1e999) in any field, or any
+    other departure from the schema."""
     errors = err.errors(include_url=False)
     types = {e["type"] for e in errors}
     if "json_invalid" in types:
         return Rejected("malformed_json", str(errors[0]["msg"])[:80])
     if "model_type" in types and len(errors) == 1 and not errors[0]["loc"]:
         return Rejected("malformed_json", "not an object")
-    if "finite_number" in types:
+    # NaN or +-Infinity anywhere (y, eps, or a field that should be an int or absent)
+    if "finite_number" in types or any(isinstance(e.get("input"), float) and not math.isfinite(e["input"])
+                                       for e in errors):
         return Rejected("non_finite")
     return Rejected("wrong_type", str(errors[0]["loc"])[:80])
 

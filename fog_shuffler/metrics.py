@@ -29,6 +29,9 @@ class FogMetrics:
         self.storage_ok = Gauge("rase_fog_storage_ok", "1 while the journal can be written; 0 while reports are "
                                 "held unacknowledged and writes are retried", registry=r)
         self.storage_ok.set(1)
+        self.subscription_refused = Gauge("rase_fog_subscriptions_refused", "Topic filters the broker refused "
+                                          "at the last subscribe (its ACL): reports or control messages that "
+                                          "will not arrive", registry=r)
         self.config_drift = Gauge("rase_fog_config_drift", "1 where the fog's own config disagrees with the "
                                   "control message it follows, by field", ["field"], registry=r)
         for field in PROTOCOL_FIELDS:

@@ -72,6 +72,7 @@ class FogService:
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
         self.client.on_subscribe = self._on_subscribe
+        self.client.on_disconnect = self._on_disconnect
         self.sink = sink or (KafkaWindowSink(cfg.kafka) if cfg.sink == "kafka" else MqttWindowSink(self.client))
         self.quarantine = Quarantine(self.journal.db, self.metrics.rejected, log)
         self._held: list[mqtt.MQTTMessage] = []   # taken, not journaled (storage failing)
@@ -80,8 +81,8 @@ class FogService:
         self.rejected_since: Counter[str] = Counter()
         self.late_reported: Counter[str] = Counter()
         self.suppressed_since: Counter[str] = Counter()
-        self.connected = False
-        self._session_present = False
+        self.connected = False            # to the broker (forwarding needs no more)
+        self.subscribed = False           # the broker confirmed the report subscriptions
         self.reports_taken = 0            # messages journaled or rejected since start (a replay driver's progress)
         self.windows_sent = 0             # windows the sink accepted since start
         self._restore()
@@ -110,20 +111,29 @@ class FogService:
         if reason_code.is_failure:
             log.error("fog connect refused: %s", reason_code)
             return
-        self._session_present = flags.session_present
-        client.subscribe([(f"rase/v1/reports/{r}/+", 1) for r in self.cfg.regions] + [(wire.CONTROL_TOPIC, 1)])
+        self.connected = True
+        self.subscribed = False
+        self.wakeup.set()  # windows held while offline can go now
+        log.info("fog connected to %s:%d (session present: %s)", self.cfg.broker.host, self.cfg.broker.port,
+                 flags.session_present)
+        client.subscribe(self._filters())
+
+    def _filters(self) -> list[tuple[str, int]]:
+        return [(f"rase/v1/reports/{r}/+", 1) for r in self.cfg.regions] + [(wire.CONTROL_TOPIC, 1)]
 
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties):  # noqa: ANN001
-        # Connected counts from the SUBACK: before it, reports published to the
-        # broker would not be routed to this session (a start-up race tests saw).
-        failed = [rc for rc in reason_codes if rc.is_failure]
-        if failed:
-            log.error("fog subscription refused by the broker (%s): check its ACL", failed[0])
-            return
-        self.connected = True
-        self.wakeup.set()  # windows held while offline can go now
-        log.info("fog connected to %s:%d and subscribed (session present: %s)", self.cfg.broker.host,
-                 self.cfg.broker.port, self._session_present)
+        # Reports published before the SUBACK may not be routed to a new
+        # session: "subscribed" (and its log line) is what to wait for.
+        refused = [topic for (topic, _q), rc in zip(self._filters(), reason_codes) if rc.is_failure]
+        if refused:
+            log.error("the broker refused the fog's subscription to %s: check its ACL", ", ".join(refused))
+        self.metrics.subscription_refused.set(len(refused))
+        self.subscribed = not any(t.startswith("rase/v1/reports/") for t in refused)
+        if self.subscribed:
+            log.info("fog subscribed to the reports of %s", ", ".join(sorted(self.cfg.regions)))
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
+        self.connected = self.subscribed = False
 
     def now_t(self) -> int:
         return self.protocol.current.t_of(self.clock.now())

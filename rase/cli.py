@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -24,6 +25,20 @@ def _run_until_interrupted(coro) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _run_tool(coro):
+    """Run a tool's coroutine (replay, demo). SIGTERM, like Ctrl-C, raises
+    KeyboardInterrupt, so the coroutine is cancelled and its finally blocks
+    stop the broker and the child processes it started."""
+    def on_term(signum, frame):  # noqa: ANN001
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return asyncio.run(coro)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -171,7 +186,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
                         device_mechanism=args.mechanism, on_above=args.on_above, bands=bands,
                         shuffle_mode=args.shuffle,
                         work_dir=Path(args.out).parent / (Path(args.out).stem + ".state"))
-    result = asyncio.run(run_pipeline(spec))
+    try:
+        result = _run_tool(run_pipeline(spec))
+    except KeyboardInterrupt:
+        print("rase replay: interrupted; nothing written", file=sys.stderr)
+        return 130
     write_jsonl(result, Path(args.out))
     print(f"replayed {result.params['timestamps']} timestamps of {result.params['devices']} devices: "
           f"{result.reports} reports, {len(result.aggregates)} aggregates -> {args.out} "
@@ -377,7 +396,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rase_common.privacy import privacy_over_time
     from simulators.demo import run_demo
 
-    rc = asyncio.run(run_demo(out_dir=Path(args.out), hours=args.hours))
+    try:
+        rc = _run_tool(run_demo(out_dir=Path(args.out), hours=args.hours))
+    except KeyboardInterrupt:
+        print("rase demo: interrupted", file=sys.stderr)
+        return 130
     written = Path(args.out) / "aggregates.jsonl"
     if written.is_file():
         with written.open() as fh:

@@ -103,9 +103,10 @@ class Client(mqtt.Client):
 
     def loop_read(self, max_packets: int = 1) -> mqtt.MQTTErrorCode:
         """paho reads one packet per turn of its loop (a select() and the
-        loop's own checks per report); while whole packets are already in
-        our buffer, read on, up to DRAIN_PACKETS per turn, so writes and
-        keepalives still get their turn under a flood."""
+        loop's own checks per report); while bytes are already in our
+        buffer, read on, up to DRAIN_PACKETS more calls per turn (each
+        of paho's calls reads one packet, or one per message in flight), so
+        writes and keepalives still get their turn under a flood."""
         rc = super().loop_read(max_packets)
         for _ in range(self.DRAIN_PACKETS):
             if rc != mqtt.MQTT_ERR_SUCCESS or self._sock is None or not self._sock.pending():
@@ -122,8 +123,8 @@ class Client(mqtt.Client):
         own: two system calls per report, a sixth of the fog's loop under a
         flood. This queues the same PUBACK packets, concatenated, the way
         ack() queues one (paho 2.x's outgoing packet deque, thread-safe
-        appends) and wakes the thread once. paho is pinned below 3; tests/rase_common/test_mqtt.py
-        checks the acks reach a real broker."""
+        appends) and wakes the thread once. paho is pinned below 3;
+        tests/unit/rase_common/test_mqtt.py checks the acks reach a real broker."""
         mids = [m.mid for m in messages if m.qos == 1]
         if not self._manual_ack or not mids or self._thread is None:
             for m in messages:    # no network thread to wake (or nothing to batch): paho's own path

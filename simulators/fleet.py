@@ -137,9 +137,18 @@ def run_fleet(cfgs: list, readings: list[np.ndarray], t0: int, n_t: int, epoch0:
     timestamp just before its end, as `_drive_fleet` did in the driver's
     process, when the driver allows that timestamp; then every report is
     delivered (acked by the broker) before it returns."""
+    import multiprocessing
+    import signal
     import time
 
     from edge_agent.service import build_core
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle: it stops us
+    parent = multiprocessing.parent_process()
+
+    def abandoned() -> bool:
+        """The driver said stop, or died without saying it (SIGKILL, SIGTERM)."""
+        return gate.stop.is_set() or (parent is not None and not parent.is_alive())
 
     transport = FleetTransport([build_core(c) for c in cfgs], broker, client_id)
     tables = [ReadingTable(r, t0) for r in readings]
@@ -151,7 +160,7 @@ def run_fleet(cfgs: list, readings: list[np.ndarray], t0: int, n_t: int, epoch0:
         reports = 0
         for i in range(n_t):
             while gate.allowed.value <= i:
-                if gate.stop.is_set():
+                if abandoned():
                     return
                 transport.pump()
                 time.sleep(0.0005)
@@ -165,7 +174,7 @@ def run_fleet(cfgs: list, readings: list[np.ndarray], t0: int, n_t: int, epoch0:
             gate.produced[i] = reports
             gate.done.value = i + 1
             transport.pump()
-        while not gate.stop.is_set() and (transport.pump() or any(len(c.outbox) for c in transport.cores)
+        while not abandoned() and (transport.pump() or any(len(c.outbox) for c in transport.cores)
                                           or transport.inflight > 0):
             time.sleep(0.001)
     finally:

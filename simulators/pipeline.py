@@ -24,7 +24,7 @@ import numpy as np
 
 from edge_agent.config import AgentConfig
 from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_ON_ABOVE
-from edge_agent.service import AgentService, build_core
+from edge_agent.service import AgentService
 from fog_shuffler.config import FogConfig
 from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
@@ -160,6 +160,7 @@ async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, take
     state: dict = {}
     try:
         await until(gate.control.is_set, "before the precision broadcast reached the devices", 90)
+        await until(lambda: fog.subscribed, "before the broker confirmed the fog's subscription", 60)
         for i, t in enumerate(range(t0, t0 + n_t)):
             clock.set(epoch0 + (t + 1) * spec.period_s - 1e-3)
             fog.wakeup.set()            # a manual clock moved: windows may be due
@@ -180,6 +181,7 @@ async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, take
             await asyncio.to_thread(proc.join, 10)
             if proc.is_alive():
                 proc.terminate()
+                await asyncio.to_thread(proc.join, 5)
 
 
 async def _drive_scaled(spec, agents, clock, epoch0, t0, n_t, stored) -> int:
@@ -227,14 +229,18 @@ class InProcessFusion:
 
 def _fusion_main(cfg: FusionConfig, clock: SharedManualClock, stop_flag) -> None:  # noqa: ANN001
     """A fusion center process on the driver's shared clock, until stop_flag is set."""
-    for noisy in ("fusion_center",):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle: it stops us
+    logging.getLogger("fusion_center").setLevel(logging.WARNING)
+    parent = mp.parent_process()
 
     async def main() -> None:
         service = FusionService(cfg, clock=clock)
         stop = asyncio.Event()
         task = asyncio.create_task(service.run(stop))
-        while not stop_flag.is_set() and not task.done():
+        # Until the driver says stop, or dies without saying it (SIGKILL, SIGTERM).
+        while not stop_flag.is_set() and not task.done() and (parent is None or parent.is_alive()):
             await asyncio.sleep(0.05)
         stop.set()
         await task
@@ -287,6 +293,7 @@ class FusionProcess:
         await asyncio.to_thread(self.proc.join, 30)
         if self.proc.is_alive():
             self.proc.terminate()
+            await asyncio.to_thread(self.proc.join, 5)
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -335,6 +342,7 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
               "mechanism": {"alpha": spec.alpha, "group_size": spec.group_size, "shuffle_mode": spec.shuffle_mode,
                             "mallows_delta_range": [spec.alpha, 10 * spec.alpha]},
               "bootstrap_b": spec.bootstrap_b, "windows_w": spec.windows_w,
+              "lateness_periods": spec.lateness_periods,
               "device_mechanism": spec.device_mechanism, "on_above": spec.on_above, "bands": spec.bands}
     params["broker"] = broker_label
     b = broker.model_dump()
@@ -376,7 +384,8 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
             agents = [AgentService(cfg, source=RefitColumnSource(d.house, d.column, phase_s=d.shift_s), clock=clock)
                       for cfg, d in zip(cfgs, devices)]
             reports = await _drive_scaled(spec, agents, clock, epoch0, t0, n_t, fusion.stored)
-        await _wait(lambda: taken() >= reports, 30)
+        if not await _wait(lambda: taken() >= reports, 30):
+            log.warning("the fog took %d of %d reports within 30 s; the rest will count as late", taken(), reports)
         # Let the last windows close (lateness) and the fusion center catch up.
         flush_to = epoch0 + (t0 + n_t + spec.lateness_periods + 2) * spec.period_s
         if isinstance(clock, ManualClock):
@@ -385,8 +394,11 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
             fusion.wake()
         else:
             await asyncio.sleep(max(0.0, (flush_to - clock.now()) / spec.speedup))
-        await _wait(lambda: not fog.windows.open and not fog.journal.unsent() and fusion.caught_up(fog.windows_sent),
-                    30)
+        if not await _wait(lambda: not fog.windows.open and not fog.journal.unsent()
+                           and fusion.caught_up(fog.windows_sent), 30):
+            log.warning("after 30 s the fusion center has stored %d aggregates of the %d windows the fog sent "
+                        "(windows it quarantined, e.g. estimate_failed, have none); %d windows still open at the fog",
+                        fusion.stored(), fog.windows_sent, len(fog.windows.open))
         await asyncio.sleep(0.2)
         if spec.progress and sys.stderr.isatty():
             print(file=sys.stderr)

@@ -54,7 +54,7 @@ class Fog:
     def wait_connected(self, count, timeout_s=20):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if Path(self.log_path).read_text().count("fog connected") >= count:
+            if Path(self.log_path).read_text().count("fog subscribed") >= count:
                 return
             assert self.proc.poll() is None, Path(self.log_path).read_text()
             time.sleep(0.05)

@@ -69,7 +69,7 @@ def test_journal_on_a_full_disk_holds_reports_then_resumes_and_loses_none(mosqui
 
     try:
         deadline = time.monotonic() + 10
-        while not service.connected and time.monotonic() < deadline:
+        while not service.subscribed and time.monotonic() < deadline:
             time.sleep(0.02)
         send(5)
         assert rec.wait_for(lambda: len(rec.messages) == 1)       # all 12 reported: t = 5 closes early

@@ -40,6 +40,15 @@ def test_accepts_a_good_report():
     (TOPIC, good(extra=1), "wrong_type"),
     (TOPIC, b'{"v":1,"t":100,"y":NaN,"eps":1.0,"seq":1}', "non_finite"),
     (TOPIC, b'{"v":1,"t":100,"y":Infinity,"eps":1.0,"seq":1}', "non_finite"),
+    (TOPIC, b'{"v":1,"t":100,"y":1e999,"eps":1.0,"seq":1}', "non_finite"),
+    (TOPIC, b'{"v":1,"t":100,"y":1.0,"eps":-Infinity,"seq":1}', "non_finite"),
+    (TOPIC, b'{"v":1,"t":NaN,"y":1.0,"eps":1.0,"seq":1}', "non_finite"),      # in a field that is an int
+    (TOPIC, b'{"v":1,"t":100,"y":1.0,"eps":1.0,"seq":1,"x":-Infinity}', "non_finite"),   # in an extra field
+    (TOPIC, b'"a string"', "malformed_json"),
+    (TOPIC, b"null", "malformed_json"),
+    # JSON between systems is UTF-8 without a byte order mark (RFC 8259 8.1); devices send exactly that.
+    (TOPIC, b"\xef\xbb\xbf" + good(), "malformed_json"),
+    (TOPIC, good().decode().encode("utf-16"), "malformed_json"),
     ("rase/v1/reports/r1/zz", good(), "unknown_device"),
     ("rase/v1/reports/r2/d1", good(), "unknown_device"),   # registered elsewhere
     (TOPIC, good(t=98), "t_out_of_range"),
