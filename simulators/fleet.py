@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import paho.mqtt.client as mqtt
@@ -129,6 +130,19 @@ class FleetGate:
         self.stop = ctx.Event()         # the driver gave up: leave without draining
 
 
+def as_replay_child() -> Callable[[], bool]:
+    """Set up a process the replay driver spawned (the fleet, the fusion
+    center): Ctrl-C is the driver's to handle (it stops its children), and the
+    returned check says whether the driver has died without saying stop
+    (SIGKILL, SIGTERM), so the child can exit instead of running on."""
+    import multiprocessing
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    return lambda: parent is not None and not parent.is_alive()
+
+
 def run_fleet(cfgs: list, readings: list[np.ndarray], t0: int, n_t: int, epoch0: float, period_s: float,
               broker: BrokerConfig, client_id: str, gate: FleetGate) -> None:
     """The fleet's side of a fast replay, in a process of its own so that the
@@ -137,18 +151,14 @@ def run_fleet(cfgs: list, readings: list[np.ndarray], t0: int, n_t: int, epoch0:
     timestamp just before its end, as `_drive_fleet` did in the driver's
     process, when the driver allows that timestamp; then every report is
     delivered (acked by the broker) before it returns."""
-    import multiprocessing
-    import signal
     import time
 
     from edge_agent.service import build_core
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle: it stops us
-    parent = multiprocessing.parent_process()
+    driver_gone = as_replay_child()
 
     def abandoned() -> bool:
-        """The driver said stop, or died without saying it (SIGKILL, SIGTERM)."""
-        return gate.stop.is_set() or (parent is not None and not parent.is_alive())
+        return gate.stop.is_set() or driver_gone()
 
     transport = FleetTransport([build_core(c) for c in cfgs], broker, client_id)
     tables = [ReadingTable(r, t0) for r in readings]

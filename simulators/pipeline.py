@@ -34,7 +34,7 @@ from fusion_center.store import AggregateStore
 from rase_common.clock import ManualClock, ScaledClock, SharedManualClock
 from rase_common.mqtt import BrokerConfig
 from simulators.embedded_broker import EmbeddedBroker
-from simulators.fleet import FleetGate, run_fleet
+from simulators.fleet import FleetGate, as_replay_child, run_fleet
 from simulators.refit import DEFAULT_MAX_HOLD_S, House, RefitColumnSource, epoch0_of, grid_readings, load_house
 
 log = logging.getLogger(__name__)
@@ -229,18 +229,14 @@ class InProcessFusion:
 
 def _fusion_main(cfg: FusionConfig, clock: SharedManualClock, stop_flag) -> None:  # noqa: ANN001
     """A fusion center process on the driver's shared clock, until stop_flag is set."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle: it stops us
+    driver_gone = as_replay_child()
     logging.getLogger("fusion_center").setLevel(logging.WARNING)
-    parent = mp.parent_process()
 
     async def main() -> None:
         service = FusionService(cfg, clock=clock)
         stop = asyncio.Event()
         task = asyncio.create_task(service.run(stop))
-        # Until the driver says stop, or dies without saying it (SIGKILL, SIGTERM).
-        while not stop_flag.is_set() and not task.done() and (parent is None or parent.is_alive()):
+        while not stop_flag.is_set() and not task.done() and not driver_gone():
             await asyncio.sleep(0.05)
         stop.set()
         await task
