@@ -64,6 +64,15 @@ def micropython():
 
 
 @pytest.fixture(scope="session")
+def micropython_unix():
+    """Run code under the real MicroPython unix port (sockets, TLS, big ints)."""
+    from simulators.unix_board import micropython_unix as executable, run_unix
+
+    executable()  # fail loudly, not skip, when the port is missing
+    return run_unix
+
+
+@pytest.fixture(scope="session")
 def umqtt_simple_py():
     """micropython-lib's umqtt/simple.py as `make umqtt` cached it (pinned sha256)."""
     from edge_agent import board_deps
