@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import paho.mqtt.client as mqtt  # noqa: E402
 
 from edge_agent import wire  # noqa: E402
-from tests.brokers import Mosquitto, free_port, wait_port  # noqa: E402
+from simulators.brokers import Mosquitto, free_port, wait_port  # noqa: E402
 
 PERIOD_S = 1.0
 LATENESS = 100_000          # windows close only when all their devices reported

@@ -14,7 +14,7 @@ import math
 
 from edge_agent.entropy import RandomBits
 from edge_agent.ldp_rational import exp_bound
-from edge_agent.mechanisms import ReportKindRandomizer
+from edge_agent.report_kind import ReportKindRandomizer
 from edge_agent.randomizer import check_finite
 
 DEFAULT_DEN = 1 << 20

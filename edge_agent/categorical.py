@@ -15,7 +15,7 @@ import math
 
 from edge_agent.entropy import RandomBits, bit_length
 from edge_agent.ldp_rational import exp_bound
-from edge_agent.mechanisms import ReportKindRandomizer, check_bands
+from edge_agent.report_kind import ReportKindRandomizer, check_bands
 from edge_agent.randomizer import check_finite
 
 DEFAULT_DEN = 1 << 20

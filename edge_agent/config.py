@@ -36,19 +36,25 @@ class CalibrationConfig(BaseModel):
 
 
 class SourceConfig(BaseModel):
-    """Where readings come from: a REFIT column replay or an importable callable."""
+    """Where readings come from (edge_agent.sources): an importable callable,
+    a recorded CSV trace, or a REFIT replay (a simulator: `rase agent` builds it)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
-    kind: Literal["refit", "callable"] = "refit"
-    data_dir: Path | None = None       # default: the bundled excerpt
-    house: int = 1
-    appliance: int = Field(1, ge=0, le=9)   # 0 = Aggregate
-    replay_start_unix: float | None = None  # REFIT time shown at agent start; default first row
-    callable: str | None = None         # "package.module:function", called with no arguments
+    kind: Literal["callable", "csv", "refit"]
+    callable: str | None = None         # callable: "package.module:function", called with no arguments
+    path: Path | None = None            # csv: the trace file (plain or .gz)
+    column: str | None = None           # csv: the value column
+    time_column: str = "Unix"           # csv: Unix seconds
+    data_dir: Path | None = None        # refit: default the bundled excerpt
+    house: int = 1                      # refit
+    appliance: int = Field(1, ge=0, le=9)   # refit: 0 = Aggregate
+    replay_start_unix: float | None = None  # csv/refit: trace time shown at agent start; default its first row
 
     @model_validator(mode="after")
-    def _callable_named(self) -> "SourceConfig":
+    def _complete(self) -> "SourceConfig":
         if self.kind == "callable" and not (self.callable and ":" in self.callable):
             raise ValueError("source.callable must be 'module:function' when kind = 'callable'")
+        if self.kind == "csv" and not (self.path and self.column):
+            raise ValueError("source.path and source.column are needed when kind = 'csv'")
         return self
 
 
@@ -126,7 +132,7 @@ class AgentConfig(TomlSettings):
     # "br" (the paper's BR), "duchi", "piecewise" or "hybrid".
     mechanism: str = DEFAULT_MECHANISM
     broker: BrokerConfig = BrokerConfig()
-    source: SourceConfig = SourceConfig()
+    source: SourceConfig | None = None     # required to run (edge_agent.sources); boards read `sensor.py`
     policy: PolicyConfig = PolicyConfig()
     board: BoardConfig = BoardConfig()
 

@@ -6,7 +6,8 @@
 
 from edge_agent import wire
 from edge_agent.outbox import Outbox
-from edge_agent.mechanisms import DEFAULT_MECHANISM, DEFAULT_ON_ABOVE, make_randomizer
+from edge_agent.mechanisms import DEFAULT_MECHANISM, make_randomizer
+from edge_agent.report_kind import DEFAULT_ON_ABOVE
 from edge_agent.policy import LocalPolicy
 from edge_agent.randomizer import EPS_UNITS, Calibration
 

@@ -22,7 +22,7 @@ from edge_agent.config import AgentConfig
 PACKAGE_DIR = Path(__file__).resolve().parent
 # The device core, in dependency order. manifest.py lists the same files.
 DEVICE_CORE = ("__init__.py", "entropy.py", "dlaplace.py", "randomizer.py", "ldp_rational.py", "duchi.py",
-               "piecewise.py", "mechanisms.py", "binary_rr.py", "categorical.py", "ledger.py", "wire.py",
+               "piecewise.py", "mechanisms.py", "report_kind.py", "binary_rr.py", "categorical.py", "ledger.py", "wire.py",
                "policy.py", "outbox.py", "core.py", "umqtt_transport.py", "board.py")
 
 MPREMOTE = [sys.executable, "-m", "mpremote"]

@@ -35,7 +35,7 @@ class AgentService:
         self.cfg = cfg
         self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
         self.core = build_core(cfg)
-        self.source = source or make_source(cfg.source, cfg.device, self.clock.now())
+        self.source = source or make_source(cfg.source, self.clock.now())
         self.wakeup = Wakeup()
         self.transport = PahoTransport(self.core, cfg.broker, max_inflight=cfg.max_inflight, wakeup=self.wakeup)
         self.pump_interval_s = pump_interval_s

@@ -1,11 +1,12 @@
 # Wire format of what the agent sends and reads (SPEC 3). The agent owns the
-# report and status messages; edge_agent.schema holds the pydantic models that
+# report and status messages; rase_common.protocol.report holds the pydantic models that
 # consumers validate them with. The precision control message is owned by the
 # fusion center; the agent parses it defensively here.
 
 import json
 
-from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_MECHANISM, DEFAULT_ON_ABOVE, check_bands, check_mechanism
+from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
+from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 
 VERSION = 1
 STATES = ("online", "offline", "budget_exhausted", "no_eps_level", "control_rejected", "ledger_unreadable")

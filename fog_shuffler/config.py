@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from edge_agent import wire
-from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_MECHANISM, DEFAULT_ON_ABOVE, check_bands, check_mechanism
+from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
+from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from edge_agent.randomizer import check_finite
 from fog_shuffler.relationship import RelationshipGraph
 from fog_shuffler.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from edge_agent.categorical import choose_oracle
-from edge_agent.schema import MAX_REPORT_BYTES, Report
+from rase_common.protocol.report import MAX_REPORT_BYTES, Report
+from rase_common.protocol.topics import parse_report_topic
 
 REASONS = ("oversized", "bad_topic", "malformed_json", "wrong_type", "non_finite", "unknown_device",
            "t_out_of_range", "implausible_y", "eps_not_on_menu")
-TOPIC_PREFIX = "rase/v1/reports/"
 # A report further than this many noise scales outside [x_min, x_max] cannot
 # come from BR (probability < e^-50) and is rejected.
 PLAUSIBLE_SCALES = 50.0
@@ -70,10 +70,10 @@ def validate(topic: str, payload: bytes, now_t: int, rules: IngestRules) -> Acce
     """Accept one report or raise Rejected(reason)."""
     if len(payload) > rules.max_bytes:
         raise Rejected("oversized", f"{len(payload)} bytes")
-    parts = topic.split("/")
-    if not topic.startswith(TOPIC_PREFIX) or len(parts) != 5:
+    where = parse_report_topic(topic)
+    if where is None:
         raise Rejected("bad_topic", topic[:80])
-    region, device = parts[3], parts[4]
+    region, device = where
     try:
         # Parsed and validated in one pass by pydantic's JSON parser (a third of
         # json.loads + model_validate); its error types give the reasons.

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_MECHANISM, DEFAULT_ON_ABOVE
+from edge_agent.mechanisms import DEFAULT_MECHANISM
+from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ and the fog's other shuffle modes (SPEC 2.4):
   about `batch_size` rows, and each batch is shuffled on its own, batch after
   batch. A report hides among its batch only, so the guarantee is each
   report's eps0-LDP amplified by a uniform shuffle of the smallest batch
-  (fog_shuffler.amplification), NOT BUDS's ln(t / (n_1 - 1)^S), which is no
+  (rase_common.amplification), NOT BUDS's ln(t / (n_1 - 1)^S), which is no
   DP bound (it turns negative, as the paper itself notes for CIS).
 
 Pure: device ids and values in, an emission order and public metadata out.

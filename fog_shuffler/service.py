@@ -19,7 +19,7 @@ from collections import Counter
 import paho.mqtt.client as mqtt
 
 from edge_agent import wire
-from fog_shuffler.amplification import conservative_n, window_guarantee
+from rase_common.amplification import conservative_n, window_guarantee
 from fog_shuffler.config import FogConfig
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
 from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower
@@ -27,9 +27,10 @@ from fog_shuffler.journal import Journal
 from fog_shuffler.metrics import FogMetrics
 from fog_shuffler.randomness import window_rng
 from fog_shuffler.robust_shuffler import shuffle_window, smallest_batch
-from fog_shuffler.schema import LevelBatch, WindowCounts, WindowMessage
+from rase_common.protocol.window import LevelBatch, WindowCounts, WindowMessage
 from fog_shuffler.sinks import KafkaWindowSink, MqttWindowSink, SinkError, WindowSink
 from fog_shuffler.windows import ClosedWindow, WindowManager
+from rase_common.protocol import topics
 from rase_common.clock import ScaledClock, WallClock
 from rase_common.loop import Wakeup, seconds_to_next_period, wait_or_stop
 from rase_common.quarantine import Quarantine
@@ -104,7 +105,7 @@ class FogService:
                      n, len(self.windows.open), len(self.windows.closed))
 
     def _on_message(self, client, userdata, msg):  # noqa: ANN001
-        (self.controls if msg.topic == wire.CONTROL_TOPIC else self.inbox).put(msg)
+        (self.controls if msg.topic == topics.CONTROL_TOPIC else self.inbox).put(msg)
         self.wakeup.set()
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
@@ -119,7 +120,7 @@ class FogService:
         client.subscribe(self._filters())
 
     def _filters(self) -> list[tuple[str, int]]:
-        return [(f"rase/v1/reports/{r}/+", 1) for r in self.cfg.regions] + [(wire.CONTROL_TOPIC, 1)]
+        return [(topics.reports_filter(r), 1) for r in self.cfg.regions] + [(topics.CONTROL_TOPIC, 1)]
 
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties):  # noqa: ANN001
         # Reports published before the SUBACK may not be routed to a new
@@ -128,7 +129,7 @@ class FogService:
         if refused:
             log.error("the broker refused the fog's subscription to %s: check its ACL", ", ".join(refused))
         self.metrics.subscription_refused.set(len(refused))
-        self.subscribed = not any(t.startswith("rase/v1/reports/") for t in refused)
+        self.subscribed = not any(t.startswith(topics.REPORTS_PREFIX) for t in refused)
         if self.subscribed:
             log.info("fog subscribed to the reports of %s", ", ".join(sorted(self.cfg.regions)))
 

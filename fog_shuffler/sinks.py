@@ -14,6 +14,7 @@ import logging
 import paho.mqtt.client as mqtt
 
 from rase_common.kafka import KafkaConfig
+from rase_common.protocol.topics import windows_topic
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class MqttWindowSink:
         self.timeout_s = timeout_s
 
     async def send(self, region: str, t: int, payload: str) -> None:
-        info = self.client.publish(f"rase/v1/windows/{region}", payload, qos=1)
+        info = self.client.publish(windows_topic(region), payload, qos=1)
         if info.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):
             raise SinkError(f"publish of window ({region}, {t}) refused: {mqtt.error_string(info.rc)}")
         if not info.is_published():

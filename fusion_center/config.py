@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from edge_agent import wire
-from fusion_center.schema import PrecisionControl
+from rase_common.protocol.control import ControlMessage
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
 from rase_common.settings import TomlSettings
@@ -45,7 +45,7 @@ class FusionConfig(TomlSettings):
     metrics_host: str = "127.0.0.1"       # 0.0.0.0 in a container
     tick_s: float = Field(0.05, gt=0)
     speedup: float = Field(1.0, gt=0)
-    precision: PrecisionControl = PrecisionControl()
+    precision: ControlMessage = ControlMessage()
     central_target: CentralTarget | None = None   # binary only: sets precision.eps_levels
     broker: BrokerConfig = BrokerConfig()
     source: Literal["mqtt", "kafka"] = "mqtt"   # where windows come from
@@ -61,7 +61,7 @@ class FusionConfig(TomlSettings):
 
         t = target if isinstance(target, CentralTarget) else CentralTarget.model_validate(target)
         prec = data.get("precision", {})
-        prec = prec.model_dump() if isinstance(prec, PrecisionControl) else dict(prec)
+        prec = prec.model_dump() if isinstance(prec, ControlMessage) else dict(prec)
         if prec.get("mechanism") != "binary":
             raise ValueError("central_target applies to precision.mechanism = \"binary\" only")
         prec["eps_levels"] = [rr_flip_for_central(t.eps, t.delta, t.devices).eps0]

@@ -10,7 +10,7 @@ interval is the normal one, clipped to [0, n] (the count lies there). The point
 estimate is NOT clipped: clipping would bias it.
 
 `rr_flip_for_central` picks p for a central (eps, delta) after a uniform
-shuffle of n reports, by the numerical FMT bound (fog_shuffler.amplification).
+shuffle of n reports, by the numerical FMT bound (rase_common.amplification).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 
 from edge_agent.binary_rr import DEFAULT_DEN, flip_fraction, local_eps
 from fusion_center.estimators import Estimate, _z
-from fog_shuffler.amplification import local_eps_for_central, numerical_eps
+from rase_common.amplification import local_eps_for_central, numerical_eps
 
 
 @dataclass(frozen=True)

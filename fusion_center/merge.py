@@ -7,13 +7,13 @@ from collections import Counter
 
 import numpy as np
 
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 from fusion_center.estimators import (Estimate, bootstrap_counts, br_bootstrap, mle, sample_mean, unbiased_mean,
                                       windowed)
 from fusion_center.counts import on_count
 from fusion_center.frequencies import band_frequencies
-from fusion_center.schema import (BINARY_MEANING, CATEGORICAL_MEANING, Aggregate, EstimateOut, PrecisionControl,
-                                  WindowedOut)
+from rase_common.protocol.aggregate import BINARY_MEANING, CATEGORICAL_MEANING, Aggregate, EstimateOut, WindowedOut
+from rase_common.protocol.control import ControlMessage
 
 ESTIMATORS = ("mean", "bs", "se", "mle", "count")   # every name an aggregate's estimates may carry
 
@@ -55,7 +55,7 @@ class TimestampMerger:
         return [w for _, w in sorted(self.pending.pop(t, {}).items())]
 
 
-def aggregate(t: int, windows: list[WindowMessage], precision: PrecisionControl, known_regions: set[str], *,
+def aggregate(t: int, windows: list[WindowMessage], precision: ControlMessage, known_regions: set[str], *,
               level: float = 0.95, bootstrap_b: int = 1000, history: dict[str, dict[int, Estimate]] | None = None,
               windows_w: tuple[int, ...] = (), rng: np.random.Generator | None = None) -> tuple[Aggregate, dict]:
     """Estimates for one timestamp. `history` maps history_key(kind, estimator)

@@ -20,12 +20,13 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 from pydantic import ValidationError
 
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 from fusion_center.config import FusionConfig
 from fusion_center.estimators import Estimate
 from fusion_center.merge import ESTIMATORS, TimestampMerger, aggregate, history_key
 from fusion_center.metrics import FusionMetrics
-from fusion_center.schema import AGGREGATE_LATEST_TOPIC, CONTROL_TOPIC, PrecisionControl, aggregate_topic
+from rase_common.protocol.control import ControlMessage
+from rase_common.protocol.topics import AGGREGATE_LATEST_TOPIC, CONTROL_TOPIC, aggregate_topic
 from fusion_center.sources import KafkaWindowSource, MqttWindowSource, WindowSource
 from fusion_center.store import AggregateStore
 from rase_common.quarantine import Quarantine
@@ -61,7 +62,7 @@ class FusionService:
         self._held: list = []             # taken from the source, not yet stored (storage failing)
         self.storage = StorageOutage(self.metrics.storage_ok, log, "fusion store", "input")
         self.connected = False
-        self._control_sent: PrecisionControl | None = None
+        self._control_sent: ControlMessage | None = None
         self._inflight: dict[tuple[str, int], list[mqtt.MQTTMessageInfo]] = {}
         self._restore()
 

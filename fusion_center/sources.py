@@ -20,6 +20,7 @@ import paho.mqtt.client as mqtt
 
 from rase_common.kafka import KafkaConfig
 from rase_common.loop import Wakeup
+from rase_common.protocol.topics import WINDOWS_FILTER
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class WindowSource(Protocol):
 
 
 class MqttWindowSource:
-    def __init__(self, client: mqtt.Client, topic: str = "rase/v1/windows/+", wakeup: Wakeup | None = None):
+    def __init__(self, client: mqtt.Client, topic: str = WINDOWS_FILTER, wakeup: Wakeup | None = None):
         self.client = client
         self.topic = topic
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()

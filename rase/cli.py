@@ -9,7 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_ON_ABOVE, MECHANISMS, check_bands
+from edge_agent.mechanisms import MECHANISMS
+from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from rase_common.settings import ConfigError
 
 
@@ -50,7 +51,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
     for line in privacy_over_time(cfg.eps, cfg.period_s, cfg.budget_period_s / 3600).lines():
         print(line + ("" if "privacy over" not in line else " (at the configured eps and period; "
                       "the fusion center's control message may lower them)"))
-    return _run_until_interrupted(AgentService(cfg).run(max_reports=args.max_reports))
+    source = None
+    if cfg.source is not None and cfg.source.kind == "refit":
+        from rase_common.clock import WallClock
+        from simulators.refit import refit_source
+
+        print(f"source: a REFIT replay of house {cfg.source.house}, appliance {cfg.source.appliance} "
+              "(recorded data, not a live sensor)")
+        source = refit_source(cfg.source, cfg.device, WallClock().now())
+    return _run_until_interrupted(AgentService(cfg, source=source).run(max_reports=args.max_reports))
 
 
 def cmd_flash(args: argparse.Namespace) -> int:

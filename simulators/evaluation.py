@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_agent.entropy import RandomBits
-from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_ON_ABOVE
+from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 from edge_agent.randomizer import BudgetRandomizer, Calibration
 from fusion_center.estimators import bootstrap, bootstrap_counts, br_corrected, mle, sample_mean, unbiased_mean
 from simulators.pipeline import Device, fleet, truth

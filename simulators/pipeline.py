@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from edge_agent.config import AgentConfig
-from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_ON_ABOVE
+from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 from edge_agent.service import AgentService
 from fog_shuffler.config import FogConfig
 from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
-from fusion_center.schema import PrecisionControl
+from rase_common.protocol.control import ControlMessage
 from fusion_center.service import FusionService
 from fusion_center.store import AggregateStore
 from rase_common.clock import ManualClock, ScaledClock, SharedManualClock
@@ -329,7 +329,7 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
     start = epoch0 + t0 * spec.period_s
     clock = (SharedManualClock(mp.get_context("spawn").Value("d", start, lock=False)) if spec.speedup is None
              else ScaledClock(start, spec.speedup))
-    precision = PrecisionControl(x_min=spec.x_min, x_max=spec.x_max, gamma=spec.gamma, period_s=spec.period_s,
+    precision = ControlMessage(x_min=spec.x_min, x_max=spec.x_max, gamma=spec.gamma, period_s=spec.period_s,
                                  mechanism=spec.device_mechanism, on_above=spec.on_above, bands=spec.bands,
                                  epoch0=epoch0, eps_levels=[spec.eps])
     params = {"period_s": spec.period_s, "epoch0": epoch0, "t_start": t0, "timestamps": n_t,

@@ -177,3 +177,12 @@ class RefitColumnSource:
         q = shifted(self.house, np.array([now - self.shift]), self.phase_s)
         v = readings_at(self.unix, self.values, q, self.max_hold_s)[0]
         return None if v != v else float(v)
+
+
+def refit_source(cfg, device: str, start_unix: float) -> RefitColumnSource:  # noqa: ANN001 - edge_agent SourceConfig
+    """The agent source a `[source] kind = "refit"` config names: its house's
+    column (ApplianceK, or Aggregate for appliance 0), starting at start_unix."""
+    house = load_house(cfg.data_dir or bundled_dir(), cfg.house)
+    column = f"h{cfg.house}agg" if cfg.appliance == 0 else f"h{cfg.house}a{cfg.appliance}"
+    first = float(house.unix[0]) if cfg.replay_start_unix is None else cfg.replay_start_unix
+    return RefitColumnSource(house, column, time_shift_s=start_unix - first)

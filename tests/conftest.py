@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.brokers import Mosquitto, Tansu
+from simulators.brokers import Mosquitto, Tansu
 
 ROOT = Path(__file__).resolve().parent.parent
 # Board dependencies come from the checkout's own cache, filled by `make umqtt`
@@ -103,7 +103,7 @@ def tansu_s3(tmp_path, request):
     import sys
     import urllib.request
 
-    from tests.brokers import free_port, wait_port
+    from simulators.brokers import free_port, wait_port
 
     s3_port = free_port()
     s3 = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)],

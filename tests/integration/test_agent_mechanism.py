@@ -6,9 +6,9 @@ import json
 import pytest
 
 from edge_agent.randomizer import Calibration
-from edge_agent.schema import Report
+from rase_common.protocol.report import Report
 from fusion_center.mechanism_variance import report_values
-from fusion_center.schema import PrecisionControl
+from rase_common.protocol.control import ControlMessage
 from tests.integration.test_agent_mosquitto import agent
 from tests.mqtt_helpers import Recorder, ServiceThread, publish_retained
 
@@ -19,7 +19,7 @@ def test_control_message_switches_a_running_agent_to_duchi(mosquitto, tmp_path):
     rec = Recorder(mosquitto.port, ["rase/v1/reports/r1/mech1"], persistent=False)
     svc = agent(tmp_path, mosquitto.port, device="mech1")
     run = ServiceThread(svc)
-    control = PrecisionControl(x_min=0.0, x_max=500.0, gamma=5.0, eps_levels=[0.5], mechanism="duchi")
+    control = ControlMessage(x_min=0.0, x_max=500.0, gamma=5.0, eps_levels=[0.5], mechanism="duchi")
     try:
         assert rec.wait_for(lambda: len(rec.messages) >= 2)
         publish_retained(mosquitto.port, "rase/v1/control/precision", control.model_dump_json())

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from edge_agent.config import AgentConfig
-from edge_agent.schema import Report, Status
+from rase_common.protocol.report import Report, Status
 from edge_agent.service import AgentService
 from rase_common.clock import ScaledClock
 from tests.mqtt_helpers import Recorder, ServiceThread, publish_retained

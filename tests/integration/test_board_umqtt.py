@@ -121,7 +121,7 @@ def test_board_loop_over_umqtt_with_socket_shim_survives_refused_password_and_se
     (umqtt raises MQTTException); a sensor raising OSError costs no budget."""
     import subprocess
 
-    from tests.brokers import Mosquitto
+    from simulators.brokers import Mosquitto
 
     passwd = tmp_path / "passwd"
     passwd.write_text("")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.schema import Report
+from rase_common.protocol.report import Report
 from tests.mqtt_helpers import Recorder
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 from tests.mqtt_helpers import Recorder
 
 pytestmark = pytest.mark.integration

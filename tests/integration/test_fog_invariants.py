@@ -8,7 +8,7 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from fog_shuffler.config import FogConfig
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 from fog_shuffler.service import FogService
 from rase_common.clock import ManualClock
 from tests.mqtt_helpers import Recorder, ServiceThread

@@ -9,11 +9,11 @@ import pytest
 from edge_agent.config import AgentConfig
 from edge_agent.service import AgentService
 from fog_shuffler.config import FogConfig
-from fog_shuffler.schema import LevelBatch, WindowMessage
+from rase_common.protocol.window import LevelBatch, WindowMessage
 from fog_shuffler.service import FogService
 from rase_common.clock import ScaledClock
 from simulators.refit import RefitColumnSource, bundled_dir, epoch0_of, load_house
-from tests.brokers import free_port
+from simulators.brokers import free_port
 from tests.mqtt_helpers import Recorder, ServiceThread
 
 pytestmark = pytest.mark.integration

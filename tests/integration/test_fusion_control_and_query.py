@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 from fusion_center.config import FusionConfig
-from fusion_center.schema import PrecisionControl
+from rase_common.protocol.control import ControlMessage
 from fusion_center.service import FusionService
 from rase_common.clock import ManualClock
 from tests.mqtt_helpers import Recorder, ServiceThread, publish_once, publish_retained
@@ -43,11 +43,11 @@ def test_precision_rebroadcast_on_config_change_and_query(mosquitto, tmp_path):
     run = ServiceThread(svc)
     try:
         assert rec.wait_for(lambda: len(rec.messages) >= 1)
-        first = PrecisionControl.model_validate_json(rec.messages[0].payload)
+        first = ControlMessage.model_validate_json(rec.messages[0].payload)
         assert first.x_max == 4000.0
         time.sleep(1.1)  # file mtime resolution
         cfg_path.write_text(config_text(mosquitto.port, store, 2500.0))
-        assert rec.wait_for(lambda: any(PrecisionControl.model_validate_json(m.payload).x_max == 2500.0
+        assert rec.wait_for(lambda: any(ControlMessage.model_validate_json(m.payload).x_max == 2500.0
                                         for m in rec.messages if m.payload), timeout_s=10)
         # Two timestamps of windows, then read them back with the CLI.
         for t in (7, 8):

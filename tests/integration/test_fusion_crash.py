@@ -12,7 +12,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 from fog_shuffler.sinks import KafkaWindowSink
 from rase_common.kafka import KafkaConfig
 from tests.integration.test_fusion_crash import assert_each_window_aggregated_once, start, stored, wait_log, wait_stored

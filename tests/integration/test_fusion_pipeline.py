@@ -12,7 +12,8 @@ from edge_agent.service import AgentService
 from fog_shuffler.config import FogConfig
 from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
-from fusion_center.schema import Aggregate, PrecisionControl
+from rase_common.protocol.aggregate import Aggregate
+from rase_common.protocol.control import ControlMessage
 from fusion_center.service import FusionService
 from rase_common.clock import ScaledClock
 from simulators.refit import RefitColumnSource, bundled_dir, epoch0_of, load_house
@@ -29,7 +30,7 @@ def test_end_to_end_aggregates_and_precision_broadcast(mosquitto, tmp_path):
     broker = {"port": mosquitto.port}
     # The fusion center broadcasts a precision the agents do not have locally:
     # range 0..3000 W, grid 2 W, eps menu [0.5].
-    precision = PrecisionControl(x_min=0.0, x_max=3000.0, gamma=2.0, period_s=8.0, epoch0=epoch0,
+    precision = ControlMessage(x_min=0.0, x_max=3000.0, gamma=2.0, period_s=8.0, epoch0=epoch0,
                                  eps_levels=[0.5])
     fusion_cfg = FusionConfig.load(None, name="e2e", regions=["r1"], merge_deadline_s=40.0,
                                    store_path=tmp_path / "fusion.sqlite", precision=precision.model_dump(),

@@ -14,16 +14,16 @@ from edge_agent.config import AgentConfig
 from edge_agent.service import AgentService
 from fog_shuffler.config import FogConfig
 from fog_shuffler.service import FogService
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 from fog_shuffler.sinks import KafkaWindowSink, SinkError
 from fusion_center.config import FusionConfig
-from fusion_center.schema import Aggregate
+from rase_common.protocol.aggregate import Aggregate
 from fusion_center.service import FusionService
 from fusion_center.sources import KafkaWindowSource
 from rase_common.clock import ScaledClock
 from rase_common.kafka import KafkaConfig
 from simulators.refit import RefitColumnSource, bundled_dir, epoch0_of, load_house
-from tests.brokers import free_port
+from simulators.brokers import free_port
 from tests.mqtt_helpers import Recorder, ServiceThread
 
 pytestmark = pytest.mark.integration

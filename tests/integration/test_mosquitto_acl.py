@@ -10,7 +10,7 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from rase.acl import build_acl
-from tests.brokers import Mosquitto
+from simulators.brokers import Mosquitto
 
 pytestmark = pytest.mark.integration
 USERS = {"dev1": "p-dev1", "dev2": "p-dev2", "fog": "p-fog", "fusion": "p-fusion", "dashboard": "p-dash"}

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.schema import Report
-from fog_shuffler.schema import WindowMessage
-from tests.brokers import free_port
+from rase_common.protocol.report import Report
+from rase_common.protocol.window import WindowMessage
+from simulators.brokers import free_port
 from tests.integration.test_fusion_crash import stored, wait_log
 from tests.mqtt_helpers import Recorder, publish_once, publish_retained
 

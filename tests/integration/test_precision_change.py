@@ -13,7 +13,7 @@ import pytest
 from edge_agent.config import AgentConfig
 from edge_agent.service import AgentService
 from fog_shuffler.config import FogConfig
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
 from fusion_center.service import FusionService

@@ -1,7 +1,25 @@
-"""Imports go one way: rase_common below the services, the `rase` CLI on top;
-the device core imports only what MicroPython has."""
+"""Imports go one way (every package pair is checked).
+
+Layers, bottom to top:
+  0  the device core (edge_agent modules in DEVICE_CORE): MicroPython builtins only
+  1  rase_common: what the services share (errors, service skeleton, protocol,
+     mechanisms, transports, storage)
+  2  the services: edge_agent (its CPython modules), fog_shuffler, fusion_center;
+     none imports another
+  3  simulators (replays, evaluation)
+  4  rase, the CLI, on top of everything
+  benchmarks may import any of these, never the tests.
+
+A module may import its own package and any package of a lower layer, never
+one of its own layer or above. Imports inside functions count too: a lazy
+import is still an arrow. With strict layers there can be no package cycle;
+module cycles inside a package are checked separately.
+"""
+
+from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -9,34 +27,136 @@ import pytest
 from edge_agent.flash import DEVICE_CORE
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("edge_agent", "fog_shuffler", "fusion_center", "simulators")
-MICROPYTHON_MODULES = {"math", "os", "struct", "json", "time", "edge_agent", "umqtt", "network", "ntptime",
-                       "machine"}
+DEVICE = "edge_agent:core"          # the device core as a package of its own
+LAYER = {DEVICE: 0, "rase_common": 1, "edge_agent": 2, "fog_shuffler": 2, "fusion_center": 2, "simulators": 3,
+         "rase": 4, "benchmarks": 5, "tests": 6}
+PACKAGES = ("edge_agent", "rase_common", "fog_shuffler", "fusion_center", "simulators", "rase", "benchmarks")
+MICROPYTHON_MODULES = {"math", "os", "struct", "json", "time", "gc", "sys", "micropython", "umqtt", "network",
+                       "ntptime", "machine", "ssl", "socket", "hashlib", "select"}
+CORE_NAMES = {name.removesuffix(".py") for name in DEVICE_CORE}
 
 
-def imported_packages(path: Path) -> set[str]:
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def unit_of(module: str) -> str | None:
+    """The layering unit a dotted module belongs to (None: not the project's)."""
+    parts = module.split(".")
+    top = parts[0]
+    if top == "edge_agent" and (len(parts) == 1 or parts[1] in CORE_NAMES):
+        return DEVICE
+    return top if top in LAYER else None
+
+
+def imports_of(path: Path, module: str | None = None) -> list[tuple[str, int]]:
+    """(dotted module imported, line) for every import in the file, at any depth."""
     tree = ast.parse(path.read_text())
-    out = set()
+    module = module or module_name(path)
+    pkg = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
+    out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.add(node.module.split(".")[0])
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")[:len(pkg.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            # "from edge_agent import wire" imports the module edge_agent.wire
+            out += [(f"{mod}.{a.name}" if mod in ("edge_agent", "rase_common", "rase_common.protocol",
+                                                   "rase_common.mechanisms") else mod, node.lineno)
+                    for a in node.names]
     return out
 
 
-@pytest.mark.parametrize("package", SERVICES + ("rase_common",))
-def test_no_package_imports_the_cli(package):
-    for path in (ROOT / package).rglob("*.py"):
-        assert "rase" not in imported_packages(path), f"{path.relative_to(ROOT)} imports the CLI package"
+def project_files(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
 
 
-def test_rase_common_imports_no_service():
-    for path in (ROOT / "rase_common").rglob("*.py"):
-        assert not imported_packages(path) & set(SERVICES), path.relative_to(ROOT)
+def arrows() -> list[tuple[str, str, str, int]]:
+    """(from unit, to unit, file, line) for every import of another unit."""
+    out = []
+    for package in PACKAGES:
+        for path in project_files(package):
+            src = unit_of(module_name(path))
+            for mod, line in imports_of(path):
+                dst = unit_of(mod)
+                if dst is not None and dst != src:
+                    out.append((src, dst, str(path.relative_to(ROOT)), line))
+    return out
 
 
-@pytest.mark.parametrize("name", DEVICE_CORE)
-def test_device_core_imports_only_micropython_modules(name):
-    used = imported_packages(ROOT / "edge_agent" / name) - {"__future__"}
-    assert used <= MICROPYTHON_MODULES, (name, used - MICROPYTHON_MODULES)
+@pytest.mark.parametrize("pair", list(itertools.permutations(sorted(LAYER), 2)), ids="->".join)
+def test_no_arrow_runs_upward_or_sideways(pair):
+    src, dst = pair
+    bad = [f"{f}:{line}" for a, b, f, line in arrows() if (a, b) == pair]
+    if LAYER[dst] < LAYER[src]:
+        return                                   # downward: allowed
+    assert not bad, f"{src} (layer {LAYER[src]}) must not import {dst} (layer {LAYER[dst]}): {bad}"
+
+
+def test_device_core_imports_only_micropython_modules():
+    for name in DEVICE_CORE:
+        path = ROOT / "edge_agent" / name
+        for mod, line in imports_of(path):
+            top = mod.split(".")[0]
+            if top == "__future__":
+                continue
+            if top == "edge_agent":
+                assert unit_of(mod) == DEVICE, f"edge_agent/{name}:{line} imports {mod}, outside the device core"
+            else:
+                assert top in MICROPYTHON_MODULES, f"edge_agent/{name}:{line} imports {mod}"
+
+
+def module_graph(package: str) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in project_files(package):
+        me = module_name(path)
+        graph[me] = {m for m, _ in imports_of(path) if m.split(".")[0] == package and m != me}
+    known = set(graph)
+    return {m: {d for d in deps if d in known} for m, deps in graph.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                return stack[stack.index(d):] + [d]
+            if d not in state and (c := visit(d)):
+                return c
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (c := visit(m)):
+            return c
+    return None
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_cycle_inside_a_package(package):
+    cycle = find_cycle(module_graph(package))
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_checker_sees_an_upward_arrow(tmp_path):
+    """The graph builder finds lazy imports and relative ones (so the checks above can fail)."""
+    f = tmp_path / "x.py"
+    f.write_text("def g():\n    from fog_shuffler import service\n    import rase.cli\n    from .merge import x\n")
+    found = [m for m, _ in imports_of(f, "fusion_center.x")]
+    assert found == ["fog_shuffler", "rase.cli", "fusion_center.merge"]
+    assert [unit_of(m) for m in found] == ["fog_shuffler", "rase", "fusion_center"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+

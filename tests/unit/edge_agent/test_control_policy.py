@@ -183,7 +183,7 @@ print(json.dumps(out))
 
 
 def test_status_says_what_the_device_spends(tmp_path):
-    from edge_agent.schema import Status
+    from rase_common.protocol.report import Status
 
     core = make_core(tmp_path)
     core.apply_control(msg(eps_levels=[1.0]))

@@ -11,7 +11,7 @@ from edge_agent.entropy import RandomBits
 from edge_agent.ledger import BudgetLedger
 from edge_agent.outbox import Outbox
 from edge_agent.randomizer import Calibration
-from edge_agent.schema import Report, Status
+from rase_common.protocol.report import Report, Status
 
 
 def make_core(tmp_path, budget=100.0, eps=1.0, **kw):

@@ -14,9 +14,9 @@ from edge_agent.entropy import RandomBits
 from edge_agent.ledger import BudgetLedger
 from edge_agent.piecewise import HybridRandomizer, PiecewiseRandomizer
 from edge_agent.randomizer import BudgetRandomizer, Calibration
-from edge_agent.schema import Report
+from rase_common.protocol.report import Report
 from fusion_center.mechanism_variance import report_values
-from fusion_center.schema import PrecisionControl
+from rase_common.protocol.control import ControlMessage
 from tests.seeded_bytes import XorShiftBytes
 
 
@@ -71,11 +71,11 @@ def test_unknown_mechanism_in_the_constructor_is_an_error(tmp_path):
 
 
 def test_fusion_control_round_trips_to_the_device():
-    pc = PrecisionControl(mechanism="hybrid", x_max=500.0)
+    pc = ControlMessage(mechanism="hybrid", x_max=500.0)
     assert wire.parse_control(pc.model_dump_json())["mechanism"] == "hybrid"
-    assert PrecisionControl().mechanism == "br"
+    assert ControlMessage().mechanism == "br"
     with pytest.raises(ValueError, match="mechanism"):
-        PrecisionControl(mechanism="pm")
+        ControlMessage(mechanism="pm")
 
 
 def test_agent_config_sets_the_board_mechanism(tmp_path):

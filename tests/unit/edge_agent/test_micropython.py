@@ -8,7 +8,7 @@ import pytest
 from edge_agent.entropy import RandomBits
 from edge_agent.flash import DEVICE_CORE, PACKAGE_DIR, compile_mpy
 from edge_agent.randomizer import BudgetRandomizer, Calibration
-from edge_agent.schema import Report
+from rase_common.protocol.report import Report
 from tests.seeded_bytes import SOURCE as XORSHIFT, XorShiftBytes
 from tests.stats import P_MIN, chisquare_integers, dlaplace_pmf
 

@@ -16,7 +16,7 @@ from edge_agent.categorical import (BandRandomizer, KaryRR, OptimizedUnaryEncodi
 from edge_agent.core import AgentCore
 from edge_agent.entropy import RandomBits
 from edge_agent.ledger import BudgetLedger
-from edge_agent.mechanisms import check_bands
+from edge_agent.report_kind import check_bands
 from edge_agent.randomizer import Calibration
 from tests.seeded_bytes import SOURCE as XORSHIFT, XorShiftBytes
 from tests.stats import P_MIN

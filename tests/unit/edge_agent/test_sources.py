@@ -1,9 +1,12 @@
 """Sensor sources of the CPython agent."""
 
+import gzip
+
 import pytest
 
-from edge_agent.config import SourceConfig
-from edge_agent.sources import CallableSource, make_source
+from edge_agent.config import AgentConfig, SourceConfig
+from edge_agent.sources import CallableSource, CsvTraceSource, make_source
+from rase_common.settings import ConfigError
 
 READINGS = iter([12.5, 13.0])
 
@@ -13,7 +16,7 @@ def read_sensor():
 
 
 def test_callable_source_imports_and_calls():
-    src = make_source(SourceConfig(kind="callable", callable=f"{__name__}:read_sensor"), "d1", 0.0)
+    src = make_source(SourceConfig(kind="callable", callable=f"{__name__}:read_sensor"), 0.0)
     assert isinstance(src, CallableSource)
     assert src.read(0.0) == 12.5 and src.read(8.0) == 13.0
 
@@ -26,12 +29,37 @@ def test_bad_callable_is_a_clear_error(spec, match):
         CallableSource(spec)
 
 
-def test_callable_kind_needs_a_spec():
-    with pytest.raises(ValueError, match="module:function"):
-        SourceConfig(kind="callable")
+@pytest.mark.parametrize("fields,match", [({"kind": "callable"}, "module:function"),
+                                          ({"kind": "csv", "path": "x.csv"}, "source.path and source.column")])
+def test_incomplete_source_is_a_clear_error(fields, match):
+    with pytest.raises(ValueError, match=match):
+        SourceConfig(**fields)
 
 
-def test_refit_source_replays_from_the_agent_start():
-    src = make_source(SourceConfig(kind="refit", house=2, appliance=8), "h2a8", start_unix=1_800_000_000.0)
-    values = [src.read(1_800_000_000.0 + 8 * k) for k in range(1, 200)]
-    assert all(v is not None and v >= 0 for v in values)
+def test_an_agent_without_a_source_refuses_to_start():
+    cfg = AgentConfig(device="d1")
+    assert cfg.source is None
+    with pytest.raises(ConfigError, match=r"no \[source\] in the agent's config"):
+        make_source(cfg.source, 0.0)
+
+
+def test_refit_is_never_loaded_by_the_agent_itself():
+    with pytest.raises(ConfigError, match="simulator replay"):
+        make_source(SourceConfig(kind="refit", house=2, appliance=8), 0.0)
+
+
+def test_csv_trace_replays_from_the_agent_start_and_skips_bad_rows(tmp_path):
+    path = tmp_path / "trace.csv.gz"
+    rows = ["Time,Unix,Watts", "a,100,5.0", "b,108,nan", "c,110,7.5", "d,105,1.0", "e,x,2", "f,400,9.0"]
+    path.write_bytes(gzip.compress("\n".join(rows).encode()))
+    src = make_source(SourceConfig(kind="csv", path=path, column="Watts"), start_unix=1_000.0)
+    assert isinstance(src, CsvTraceSource)
+    # agent time 1000 shows trace time 100; a gap of more than 120 s gives no reading
+    assert [src.read(1_000.0 + d) for d in (0, 9, 10, 200, 300)] == [5.0, 5.0, 7.5, None, 9.0]
+
+
+def test_csv_trace_names_a_missing_column(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("Unix,A\n1,2\n")
+    with pytest.raises(ConfigError, match="no column 'B'"):
+        CsvTraceSource(path, "B")

@@ -138,9 +138,9 @@ def test_the_fog_forwards_buds_windows_with_the_smallest_batch_guarantee(tmp_pat
     """A fog in BUDS mode: each level's batch says mechanism "buds", its groups
     are the batches over sigma_0, it validates as a window, and its stated
     amplification is that of a uniform shuffle of the smallest batch."""
-    from fog_shuffler.amplification import window_guarantee
+    from rase_common.amplification import window_guarantee
     from fog_shuffler.config import FogConfig
-    from fog_shuffler.schema import WindowMessage
+    from rase_common.protocol.window import WindowMessage
     from fog_shuffler.service import FogService
     from fog_shuffler.windows import ClosedWindow
 

@@ -3,7 +3,7 @@ the broadcast eps per report from the amplification bound."""
 
 import pytest
 
-from fog_shuffler.amplification import numerical_eps
+from rase_common.amplification import numerical_eps
 from fusion_center.config import FusionConfig
 from rase_common.settings import ConfigError
 

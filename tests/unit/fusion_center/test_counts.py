@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from fog_shuffler.amplification import numerical_eps
+from rase_common.amplification import numerical_eps
 from fusion_center.counts import count_estimate, count_variance, rr_flip_for_central
 
 TRIALS = 4000

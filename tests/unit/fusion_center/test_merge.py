@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 from fusion_center.merge import TimestampMerger, aggregate
-from fusion_center.schema import PrecisionControl
+from rase_common.protocol.control import ControlMessage
 
 
 def window(region, t, values, eps=1.0):
@@ -29,7 +29,7 @@ def test_t_closes_at_the_deadline_without_a_missing_region():
 
 
 def test_aggregate_merges_regions_and_flags_clamping():
-    p = PrecisionControl(x_min=0, x_max=4000)           # eps_star 4.605: eps 1 is clamped
+    p = ControlMessage(x_min=0, x_max=4000)           # eps_star 4.605: eps 1 is clamped
     ws = [window("r1", 7, [0.0, 4000.0, 100.0, 200.0]), window("r2", 7, [300.0, 4000.0])]
     agg, est = aggregate(7, ws, p, {"r1", "r2", "r3"}, rng=np.random.default_rng(0))
     assert agg.n == 6 and agg.regions == ["r1", "r2"] and not agg.complete
@@ -40,7 +40,7 @@ def test_aggregate_merges_regions_and_flags_clamping():
 
 
 def test_windowed_in_aggregate_uses_history():
-    p = PrecisionControl()
+    p = ControlMessage()
     hist = {}
     for t in (1, 2, 4):
         agg, est = aggregate(t, [window("r1", t, [float(t * 100)] * 3)], p, {"r1"}, history=hist,
@@ -52,14 +52,14 @@ def test_windowed_in_aggregate_uses_history():
 
 
 def test_the_aggregate_publishes_what_each_shuffle_adds():
-    from fog_shuffler.amplification import window_guarantee
-    from fog_shuffler.schema import LevelBatch
+    from rase_common.amplification import window_guarantee
+    from rase_common.protocol.window import LevelBatch
 
     uniform = window_guarantee("uniform", eps0=1.0, n=1000, delta=1e-6)
     w = WindowMessage(region="r1", t=3, n=1000, alpha=2.0, batches=[LevelBatch(
         eps=1.0, values=[1.0] * 1000, mechanism="uniform", delta_k=0, omega=0, k=1, groups=[(0, 999)],
         guarantee=uniform)])
-    agg, _ = aggregate(3, [w], PrecisionControl(), {"r1"}, bootstrap_b=20)
+    agg, _ = aggregate(3, [w], ControlMessage(), {"r1"}, bootstrap_b=20)
     (p,) = agg.privacy
     assert p["kind"] == "shuffle_dp" and p["eps"] < 0.2 and p["eps0"] == 1.0 and p["region"] == "r1"
     mallows = window_guarantee("mallows", eps0=1.0, n=1000, delta=1e-6, alpha=2.0, theta=0.05)
@@ -72,14 +72,14 @@ def test_aggregate_estimates_each_kind_as_what_it_is():
     kind is absent, the kind most reports have is."""
     binary = WindowMessage.uniform("r1", 9, [1.0, 0.0] * 10, kind="binary")
     br = WindowMessage.uniform("r2", 9, [100.0] * 12)
-    agg, est = aggregate(9, [binary, br], PrecisionControl(mechanism="binary"), {"r1", "r2"},
+    agg, est = aggregate(9, [binary, br], ControlMessage(mechanism="binary"), {"r1", "r2"},
                          rng=np.random.default_rng(0))
     assert agg.mechanism == "binary" and agg.n == 20 and agg.other_kind_reports == 12
     assert set(agg.estimates) == {"count", "mean"}
-    agg, _ = aggregate(9, [binary, br], PrecisionControl(mechanism="hybrid"), {"r1", "r2"},
+    agg, _ = aggregate(9, [binary, br], ControlMessage(mechanism="hybrid"), {"r1", "r2"},
                        rng=np.random.default_rng(0))
     assert agg.mechanism == "binary" and agg.other_kind_reports == 12
-    agg, _ = aggregate(9, [br], PrecisionControl(mechanism="binary"), {"r2"}, rng=np.random.default_rng(0))
+    agg, _ = aggregate(9, [br], ControlMessage(mechanism="binary"), {"r2"}, rng=np.random.default_rng(0))
     assert agg.mechanism == "br" and agg.estimates["se"].value == pytest.approx(100.0)
 
 
@@ -89,7 +89,7 @@ def test_windowed_averages_never_mix_kinds_of_report():
     from fusion_center.merge import history_key
 
     hist = {}
-    p_br, p_bin = PrecisionControl(), PrecisionControl(mechanism="binary")
+    p_br, p_bin = ControlMessage(), ControlMessage(mechanism="binary")
     for t in (1, 2):
         agg, est = aggregate(t, [window("r1", t, [1000.0] * 12)], p_br, {"r1"}, history=hist, windows_w=(4,),
                              rng=np.random.default_rng(t))

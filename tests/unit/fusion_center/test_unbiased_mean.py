@@ -147,15 +147,15 @@ def test_aggregate_mean_is_unbiased_for_the_other_device_mechanisms(mechanism):
     """Reports from the real device randomizers (seeded bytes): the aggregate's
     `mean` covers the true mean; 300 trials of n = 200, tolerance for 300 trials."""
     from edge_agent.mechanisms import make_randomizer
-    from fog_shuffler.schema import WindowMessage
+    from rase_common.protocol.window import WindowMessage
     from fusion_center.merge import aggregate
-    from fusion_center.schema import PrecisionControl
+    from rase_common.protocol.control import ControlMessage
 
     rng = np.random.default_rng(4)
     n, trials = 200, 300
     x = refit_like(n, rng)
     truth = float(x.mean())
-    precision = PrecisionControl(mechanism=mechanism, eps_levels=[2.0])
+    precision = ControlMessage(mechanism=mechanism, eps_levels=[2.0])
     r = make_randomizer(mechanism, precision.calibration(), RandomBits(read=XorShiftBytes(21)))
     errs, hits = [], 0
     for t in range(trials):

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 from fusion_center.merge import aggregate
-from fusion_center.schema import PrecisionControl
+from rase_common.protocol.control import ControlMessage
 
 GOOD = json.loads(WindowMessage.uniform("r1", 5, [1.0 * i for i in range(12)]).model_dump_json())
 hostile = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70), st.text(max_size=6),
@@ -38,5 +38,5 @@ def test_a_window_is_refused_by_the_schema_or_aggregated(top, batch):
         w = WindowMessage.model_validate_json(mutate(top, batch))
     except ValidationError:
         return
-    agg, est = aggregate(w.t, [w], PrecisionControl(), {"r1"}, bootstrap_b=20)
+    agg, est = aggregate(w.t, [w], ControlMessage(), {"r1"}, bootstrap_b=20)
     assert agg.n == w.n and all(math.isfinite(e.value) for e in est.values())

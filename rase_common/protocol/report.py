@@ -1,7 +1,6 @@
-"""Pydantic models of the messages the edge agent produces (SPEC 3).
-
-The agent owns these messages; consumers (the fog) validate with these models.
-"""
+"""The messages the edge agent produces (SPEC 3): reports and its retained
+status. The device writes them with edge_agent.wire (MicroPython has no
+pydantic); consumers (the fog, tools) validate with these models."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Real brokers as subprocesses on free loopback ports, for the tests."""
+"""Real brokers (Mosquitto, Tansu) as subprocesses on free loopback ports, for
+the tests and the benchmarks."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fog_shuffler.amplification import (
+from rase_common.amplification import (
     closed_form_eps, closed_form_valid, local_eps_for_central, mallows_guarantee, numerical_eps,
     shuffle_amplification, window_guarantee)
 
@@ -139,7 +139,7 @@ def test_bad_input_is_a_clear_error(args):
 
 
 def test_levels_take_the_smaller_of_the_two_bounds():
-    from fog_shuffler.amplification import levels_amplification
+    from rase_common.amplification import levels_amplification
     res = levels_amplification({0.5: 900, 2.0: 100}, 1e-6)
     # eps 0.5 reports: 900 of them at 0.5 beat all 1000 counted at 2.0.
     assert res[0.5].eps == shuffle_amplification(0.5, 900, 1e-6).eps
@@ -154,7 +154,7 @@ def test_levels_take_the_smaller_of_the_two_bounds():
 @pytest.mark.parametrize("n,expected", [(0, 0), (45, 45), (100, 100), (101, 100), (987, 980), (12345, 12000),
                                         (100000, 100000)])
 def test_conservative_n_rounds_down(n, expected):
-    from fog_shuffler.amplification import conservative_n
+    from rase_common.amplification import conservative_n
     assert conservative_n(n) == expected
     if n >= 300:
         assert numerical_eps(1.0, conservative_n(n), 1e-6) >= numerical_eps(1.0, n, 1e-6) - 2e-6

@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator, model_validator
 
 from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
+from rase_common.protocol.topics import windows_topic
 
 WINDOW_VERSION = 2
 MAX_T = 1 << 40                 # logical timestamps: 2^40 periods of 1 ms is 35 years
@@ -62,7 +63,7 @@ class LevelBatch(BaseModel):
     omega: StrictInt = Field(ge=0)
     k: StrictInt = Field(ge=0)
     groups: list[tuple[StrictInt, StrictInt]]  # group layout of this batch's sigma_0, as position ranges
-    # What the shuffle adds for this batch (fog_shuffler.amplification.window_guarantee): the
+    # What the shuffle adds for this batch (rase_common.amplification.window_guarantee): the
     # central (eps, delta) after a uniform shuffle, or the d_sigma statement for a Mallows order.
     guarantee: dict[str, StrictFloat | StrictInt | str | bool | None] | None = None
 
@@ -135,4 +136,4 @@ class WindowMessage(BaseModel):
         return [b.eps for b in self.batches for _ in b.values]
 
     def topic(self) -> str:
-        return f"rase/v1/windows/{self.region}"
+        return windows_topic(self.region)

@@ -1,0 +1,43 @@
+"""Every MQTT topic of the protocol (SPEC 3), defined once. The device core
+builds its own two topics with edge_agent.wire (MicroPython has no access to
+this package); they are imported from there, not written twice."""
+
+from __future__ import annotations
+
+from edge_agent.wire import CONTROL_TOPIC, report_topic, status_topic
+
+REPORTS_PREFIX = "rase/v1/reports/"
+WINDOWS_PREFIX = "rase/v1/windows/"
+WINDOWS_FILTER = WINDOWS_PREFIX + "+"
+AGGREGATES_PREFIX = "rase/v1/aggregates/"
+AGGREGATES_FILTER = AGGREGATES_PREFIX + "#"
+AGGREGATE_LATEST_TOPIC = AGGREGATES_PREFIX + "latest"
+STATUS_FILTER = "rase/v1/status/+"
+
+
+def reports_filter(region: str) -> str:
+    """What a fog subscribes to for one region's reports."""
+    return f"{REPORTS_PREFIX}{region}/+"
+
+
+def windows_topic(region: str) -> str:
+    return f"{WINDOWS_PREFIX}{region}"
+
+
+def aggregate_topic(t: int) -> str:
+    return f"{AGGREGATES_PREFIX}t/{t}"
+
+
+def parse_report_topic(topic: str) -> tuple[str, str] | None:
+    """(region, device) of rase/v1/reports/{region}/{device}, or None."""
+    if not topic.startswith(REPORTS_PREFIX):
+        return None
+    parts = topic.split("/")
+    if len(parts) != 5 or not parts[3] or not parts[4]:
+        return None
+    return parts[3], parts[4]
+
+
+__all__ = ["CONTROL_TOPIC", "report_topic", "status_topic", "reports_filter", "windows_topic", "aggregate_topic",
+           "parse_report_topic", "REPORTS_PREFIX", "WINDOWS_PREFIX", "WINDOWS_FILTER", "AGGREGATES_PREFIX",
+           "AGGREGATES_FILTER", "AGGREGATE_LATEST_TOPIC", "STATUS_FILTER"]
