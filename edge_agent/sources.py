@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from edge_agent.config import SourceConfig
-from rase_common.settings import ConfigError
+from rase_common.errors import ConfigError
 
 
 class Source(Protocol):

@@ -108,7 +108,11 @@ class FogConfig(TomlSettings):
     journal_path: Path = Path("var/fog.sqlite")
     metrics_port: int | None = Field(None, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"       # 0.0.0.0 in a container
-    tick_s: float = Field(0.05, gt=0)
+    tick_s: float = Field(0.05, gt=0)   # a manual (simulated) clock is looked at this often
+    # Windows closed but not yet forwarded (the sink is slow or down). At this
+    # many the fog stops taking reports from the broker, which holds them;
+    # journaled reports and windows are never dropped.
+    outbox_max_windows: int = Field(1000, ge=1)
     broker: BrokerConfig = BrokerConfig()
     shuffler: ShufflerConfig = ShufflerConfig()
     privacy_delta: float = Field(1e-6, gt=0, lt=0.01)   # delta of the per-window amplification statement

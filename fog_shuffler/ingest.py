@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from edge_agent.categorical import choose_oracle
+from rase_common.errors import ProtocolError
 from rase_common.protocol.report import MAX_REPORT_BYTES, Report
 from rase_common.protocol.topics import parse_report_topic
 
@@ -19,11 +20,12 @@ REASONS = ("oversized", "bad_topic", "malformed_json", "wrong_type", "non_finite
 PLAUSIBLE_SCALES = 50.0
 
 
-class Rejected(Exception):
+class Rejected(ProtocolError):
+    """A report the fog refuses; `reason` is one of REASONS (a metric label)."""
+
     def __init__(self, reason: str, detail: str = ""):
         assert reason in REASONS, reason
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
+        super().__init__(reason, detail)
 
 
 @dataclass(frozen=True)

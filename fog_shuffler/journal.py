@@ -1,4 +1,5 @@
-"""Crash safety for the fog (SPEC 4): SQLite in WAL mode.
+"""Crash and power-loss safety for the fog (SPEC 4): SQLite in WAL mode with
+synchronous=FULL (rase_common.sqlite), one commit per batch.
 
 - `reports`: accepted reports of open windows. A report is acknowledged to the
   broker only after the transaction holding it has committed.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rase_common.sqlite import open_wal
+from rase_common.sqlite import open_wal, storage_errors
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS reports (region TEXT, t INTEGER, device TEXT, y REAL, eps REAL, seq INTEGER,
@@ -39,25 +40,28 @@ class Journal:
 
     def add_reports(self, rows: list[tuple[str, int, str, float, float, int, str]],
                     duplicates: list[tuple[str, int]]) -> None:
-        """One transaction for a batch of accepted reports (and duplicate counts)."""
-        with self.db:
+        """One transaction (one fsync) for a batch of accepted reports and duplicate counts."""
+        with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
             self.db.executemany("INSERT OR IGNORE INTO reports VALUES (?,?,?,?,?,?,?)", rows)
             self.db.executemany("INSERT INTO duplicates VALUES (?,?,1) ON CONFLICT(region,t) DO UPDATE SET n=n+1",
                                 duplicates)
 
     def open_reports(self) -> list[tuple[str, int, str, float, float, str]]:
-        return self.db.execute("SELECT region, t, device, y, eps, mech FROM reports ORDER BY rowid").fetchall()
+        with storage_errors("fog journal"):
+            return self.db.execute("SELECT region, t, device, y, eps, mech FROM reports ORDER BY rowid").fetchall()
 
     def duplicate_counts(self) -> dict[tuple[str, int], int]:
-        return {(r, t): n for r, t, n in self.db.execute("SELECT region, t, n FROM duplicates")}
+        with storage_errors("fog journal"):
+            return {(r, t): n for r, t, n in self.db.execute("SELECT region, t, n FROM duplicates")}
 
     def closed_windows(self) -> set[tuple[str, int]]:
-        return {(r, t) for r, t in self.db.execute("SELECT region, t FROM closed")}
+        with storage_errors("fog journal"):
+            return {(r, t) for r, t in self.db.execute("SELECT region, t FROM closed")}
 
     def close_window(self, region: str, t: int, payload: str | None) -> None:
         """Atomically: mark closed, drop its reports, queue its message (None = suppressed)."""
-        with self.db:
+        with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
             self.db.execute("INSERT OR IGNORE INTO closed VALUES (?,?)", (region, t))
             self.db.execute("DELETE FROM reports WHERE region=? AND t=?", (region, t))
@@ -67,14 +71,16 @@ class Journal:
                                 (region, t, payload))
 
     def unsent(self) -> list[tuple[str, int, str]]:
-        return self.db.execute("SELECT region, t, payload FROM outbox WHERE sent=0 ORDER BY t, region").fetchall()
+        with storage_errors("fog journal"):
+            return self.db.execute("SELECT region, t, payload FROM outbox WHERE sent=0 ORDER BY t, region").fetchall()
 
     def mark_sent(self, region: str, t: int) -> None:
-        self.db.execute("UPDATE outbox SET sent=1 WHERE region=? AND t=?", (region, t))
+        with storage_errors("fog journal"):
+            self.db.execute("UPDATE outbox SET sent=1 WHERE region=? AND t=?", (region, t))
 
     def prune(self, t_min: int) -> None:
         """Forget closed markers and sent messages older than t_min."""
-        with self.db:
+        with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
             self.db.execute("DELETE FROM closed WHERE t < ?", (t_min,))
             self.db.execute("DELETE FROM outbox WHERE sent=1 AND t < ?", (t_min,))

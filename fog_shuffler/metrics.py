@@ -29,6 +29,15 @@ class FogMetrics:
         self.storage_ok = Gauge("rase_fog_storage_ok", "1 while the journal can be written; 0 while reports are "
                                 "held unacknowledged and writes are retried", registry=r)
         self.storage_ok.set(1)
+        self.forwarding_ok = Gauge("rase_fog_forwarding_ok", "1 while the sink takes windows; 0 while forwarding "
+                                   "fails and is retried with backoff", registry=r)
+        self.forwarding_ok.set(1)
+        self.forward_failures = Counter("rase_fog_forward_failures", "Failed attempts to forward a window "
+                                        "(each retried)", registry=r)
+        self.outbox_windows = Gauge("rase_fog_outbox_windows", "Windows closed and journaled, not yet forwarded",
+                                    registry=r)
+        self.ingest_paused = Gauge("rase_fog_ingest_paused", "1 while the outbox is full and the fog takes no "
+                                   "reports (the broker holds them)", registry=r)
         self.subscription_refused = Gauge("rase_fog_subscriptions_refused", "Topic filters the broker refused "
                                           "at the last subscribe (its ACL): reports or control messages that "
                                           "will not arrive", registry=r)

@@ -11,9 +11,11 @@ previous ones too, so a precision change never drops good reports.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 
 from edge_agent.mechanisms import DEFAULT_MECHANISM
+from fog_shuffler.ingest import IngestRules
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 
 
@@ -76,3 +78,9 @@ class ProtocolFollower:
         if self.previous is not None and self.changed_at_t is not None and t <= self.changed_at_t + self.grace:
             out.append(self.previous)
         return out
+
+
+def rules_for(rules: IngestRules, p: Protocol) -> IngestRules:
+    """The ingest rules under protocol parameters p."""
+    return dataclasses.replace(rules, eps_levels=p.eps_levels, x_min=p.x_min, x_max=p.x_max, mechanism=p.mechanism,
+                               categories=len(p.bands) + 1)

@@ -1,55 +1,72 @@
 """The fog service: `rase fog --config configs/fog.example.toml`.
 
-paho's thread hands raw messages over a queue; the asyncio loop validates
-them, journals the accepted ones, and only then acknowledges them to the
-broker (manual acks). Windows due to close are shuffled (RS), stored in the
-journal's outbox, and forwarded through the sink.
+Wiring only; the rules are pure and tested on their own (ingest.validate,
+windows.WindowManager and RegionCounters, protocol.ProtocolFollower,
+release.release_window). Three owned tasks:
+
+- ingest: takes a batch of messages from the source, follows control
+  messages, validates reports, journals the accepted ones in one commit
+  (fsynced), and only then acknowledges the batch to the broker;
+- closer: at each period boundary (or as soon as a region's every device has
+  reported) closes due windows, shuffles them, and journals each window's
+  message in its outbox;
+- forwarder (rase_common.outbox): sends the outbox through the sink in order,
+  backing off while the sink fails. It never holds up ingest; only when
+  `outbox_max_windows` windows wait does ingest stop taking reports, which the
+  broker then keeps.
+
+A storage failure (disk full, read-only) is an outage, not a crash: the
+batch is held unacknowledged with the timestamp it arrived at, retried with a
+backoff capped at 1 s, and no window closes meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import contextlib
 import logging
-import queue
-import sqlite3
 import time
-from collections import Counter
 
-import paho.mqtt.client as mqtt
-
-from edge_agent import wire
-from rase_common.amplification import conservative_n, window_guarantee
 from fog_shuffler.config import FogConfig
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
-from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower
 from fog_shuffler.journal import Journal
 from fog_shuffler.metrics import FogMetrics
+from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower, rules_for
 from fog_shuffler.randomness import window_rng
-from fog_shuffler.robust_shuffler import shuffle_window, smallest_batch
-from rase_common.protocol.window import LevelBatch, WindowCounts, WindowMessage
-from fog_shuffler.sinks import KafkaWindowSink, MqttWindowSink, SinkError, WindowSink
-from fog_shuffler.windows import ClosedWindow, WindowManager
-from rase_common.protocol import topics
+from fog_shuffler.release import release_window
+from fog_shuffler.windows import ClosedWindow, Outcome, RegionCounters, WindowManager
+from rase_common.channels import Sink, Source
 from rase_common.clock import ScaledClock, WallClock
-from rase_common.loop import Wakeup, seconds_to_next_period, wait_or_stop
+from rase_common.errors import Backoff, Outage, StorageError
+from rase_common.kafka import KafkaSink
+from rase_common.loop import Wakeup, seconds_to_next_period
+from rase_common.mqtt import MqttLink, MqttSink, MqttSource
+from rase_common.outbox import OutboxSender
+from rase_common.protocol import topics
 from rase_common.quarantine import Quarantine
-from rase_common.storage import StorageOutage
-from rase_common.mqtt import connect_in_background, paho_client
+from rase_common.service import Service
+from edge_agent import wire
 
 log = logging.getLogger(__name__)
 BATCH = 5000
 LARGE_WINDOW = 20_000  # shuffle in a worker thread above this many reports
 
 
-def rules_for(rules: IngestRules, p: Protocol) -> IngestRules:
-    """The ingest rules under protocol parameters p."""
-    return dataclasses.replace(rules, eps_levels=p.eps_levels, x_min=p.x_min, x_max=p.x_max, mechanism=p.mechanism,
-                               categories=len(p.bands) + 1)
+class Wakeups:
+    """Several tasks' wake-ups behind one set()."""
+
+    def __init__(self, *wakeups: Wakeup):
+        self.wakeups = wakeups
+
+    def set(self) -> None:
+        for w in self.wakeups:
+            w.set()
 
 
-class FogService:
-    def __init__(self, cfg: FogConfig, *, clock=None, sink: WindowSink | None = None,
+class FogService(Service):
+    name = "fog"
+
+    def __init__(self, cfg: FogConfig, *, clock=None, sink: Sink | None = None, source: Source | None = None,
                  metrics: FogMetrics | None = None):
         self.cfg = cfg
         self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
@@ -57,6 +74,7 @@ class FogService:
         self.graphs = {r: rc.graph() for r, rc in cfg.regions.items()}
         registered = {r: rc.all_devices() for r, rc in cfg.regions.items()}
         self.windows = WindowManager(registered=registered, k_min=cfg.k_min, lateness_periods=cfg.lateness_periods)
+        self.counters = RegionCounters()
         # The retained control message owns the protocol parameters; the fog follows it.
         own = Protocol(cfg.period_s, cfg.epoch0, tuple(cfg.eps_levels), cfg.x_min, cfg.x_max,
                        mechanism=cfg.device_mechanism, on_above=cfg.on_above, bands=tuple(cfg.bands))
@@ -64,117 +82,183 @@ class FogService:
         self.rules = rules_for(IngestRules(devices={d: r for r, ds in registered.items() for d in ds},
                                            eps_levels=own.eps_levels, x_min=own.x_min, x_max=own.x_max,
                                            lateness_periods=cfg.lateness_periods), own)
-        self.controls: queue.SimpleQueue = queue.SimpleQueue()
         self.params = cfg.shuffler.params()
-        self.journal = Journal(cfg.journal_path)
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.wakeup = Wakeup()            # set by paho's thread when a report arrives: no polling tick
-        self.client = paho_client(cfg.broker, f"fog-{cfg.name}", clean_session=False, manual_ack=True)
-        self.client.on_connect = self._on_connect
-        self.client.on_message = self._on_message
-        self.client.on_subscribe = self._on_subscribe
-        self.client.on_disconnect = self._on_disconnect
-        self.sink = sink or (KafkaWindowSink(cfg.kafka) if cfg.sink == "kafka" else MqttWindowSink(self.client))
-        self.quarantine = Quarantine(self.journal.db, self.metrics.rejected, log)
-        self._held: list[mqtt.MQTTMessage] = []   # taken, not journaled (storage failing)
+        self.arrived, self.due, self.outbox_wakeup = Wakeup(), Wakeup(), Wakeup()
+        self.wakeup = Wakeups(self.arrived, self.due)   # a driver moved a manual clock: look again
+        self.storage = Outage("fog journal", log, gauge=self.metrics.storage_ok, backoff=Backoff(cap_s=1.0))
+        self.forwarding = Outage(f"fog forwarding to {cfg.sink}", log, gauge=self.metrics.forwarding_ok,
+                                 failures=self.metrics.forward_failures)
+        self._source, self._sink = source, sink
+        self.source: Source | None = None
+        self.sink: Sink | None = None
+        self.link: MqttLink | None = None
+        self.journal: Journal | None = None
+        self.quarantine: Quarantine | None = None
+        self.forwarder: OutboxSender | None = None
+        self._held: list[tuple[object, int]] = []   # (message, logical t at arrival): taken, not journaled
         self._rebuild = False
-        self.storage = StorageOutage(self.metrics.storage_ok, log, "fog journal", "reports")
-        self.rejected_since: Counter[str] = Counter()
-        self.late_reported: Counter[str] = Counter()
-        self.suppressed_since: Counter[str] = Counter()
-        self.connected = False            # to the broker (forwarding needs no more)
-        self.subscribed = False           # the broker confirmed the report subscriptions
+        self.outbox_size = 0
         self.reports_taken = 0            # messages journaled or rejected since start (a replay driver's progress)
-        self.windows_sent = 0             # windows the sink accepted since start
-        self._restore()
 
-    # -- start-up -----------------------------------------------------------
-    def _restore(self) -> None:
-        """Reopen journaled windows exactly as they were before a crash."""
-        self.windows.closed = self.journal.closed_windows()
-        dups = self.journal.duplicate_counts()
-        n = 0
-        for region, t, device, y, eps, mech in self.journal.open_reports():
-            self.windows.add(Accepted(region, device, t, y, eps, mech))
-            n += 1
-        for (region, t), k in dups.items():
-            if (region, t) in self.windows.open:
-                self.windows.open[(region, t)].duplicates = k
-        if n or self.windows.closed:
-            log.info("fog restored %d open reports in %d windows; %d windows already closed",
-                     n, len(self.windows.open), len(self.windows.closed))
+    # -- state others look at ------------------------------------------------
+    @property
+    def windows_sent(self) -> int:
+        return self.forwarder.sent if self.forwarder else 0
 
-    def _on_message(self, client, userdata, msg):  # noqa: ANN001
-        (self.controls if msg.topic == topics.CONTROL_TOPIC else self.inbox).put(msg)
-        self.wakeup.set()
-
-    def _on_connect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
-        if reason_code.is_failure:
-            log.error("fog connect refused: %s", reason_code)
-            return
-        self.connected = True
-        self.subscribed = False
-        self.wakeup.set()  # windows held while offline can go now
-        log.info("fog connected to %s:%d (session present: %s)", self.cfg.broker.host, self.cfg.broker.port,
-                 flags.session_present)
-        client.subscribe(self._filters())
-
-    def _filters(self) -> list[tuple[str, int]]:
-        return [(topics.reports_filter(r), 1) for r in self.cfg.regions] + [(topics.CONTROL_TOPIC, 1)]
-
-    def _on_subscribe(self, client, userdata, mid, reason_codes, properties):  # noqa: ANN001
-        # Reports published before the SUBACK may not be routed to a new
-        # session: "subscribed" (and its log line) is what to wait for.
-        refused = [topic for (topic, _q), rc in zip(self._filters(), reason_codes) if rc.is_failure]
-        if refused:
-            log.error("the broker refused the fog's subscription to %s: check its ACL", ", ".join(refused))
-        self.metrics.subscription_refused.set(len(refused))
-        self.subscribed = not any(t.startswith(topics.REPORTS_PREFIX) for t in refused)
-        if self.subscribed:
-            log.info("fog subscribed to the reports of %s", ", ".join(sorted(self.cfg.regions)))
-
-    def _on_disconnect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
-        self.connected = self.subscribed = False
+    @property
+    def subscribed(self) -> bool:
+        """The broker confirmed the report subscriptions (a custom source: always)."""
+        if self.link is None:
+            return self.source is not None
+        return self.link.subscribed.is_set() and not any(t.startswith(topics.REPORTS_PREFIX)
+                                                        for t in self.link.refused)
 
     def now_t(self) -> int:
         return self.protocol.current.t_of(self.clock.now())
 
-    # -- the control message --------------------------------------------------
-    def process_controls(self) -> None:
-        """Follow the retained control message, validated with the devices' own parser."""
+    # -- start and stop --------------------------------------------------------
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
+        for w in (self.arrived, self.due, self.outbox_wakeup):
+            w.bind()
+        self.journal = Journal(self.cfg.journal_path)
+        stack.callback(self.journal.close)
+        self.quarantine = Quarantine(self.journal.db, self.metrics.rejected, log)
+        self._restore()
+        self.outbox_size = len(self.journal.unsent())
+        if self.cfg.metrics_port is not None:
+            self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
+        if self._source is None or (self._sink is None and self.cfg.sink == "mqtt"):
+            self.link = self.make_link()
+            self.link.start()
+            stack.callback(self.link.stop)
+        self.source = self._source or MqttSource(self.link)
+        await self.source.start()
+        stack.push_async_callback(self.source.stop)
+        self.sink = self._sink or (KafkaSink(self.cfg.kafka) if self.cfg.sink == "kafka"
+                                   else MqttSink(self.link, topics.windows_topic))
+        if hasattr(self.sink, "stop"):
+            stack.push_async_callback(self.sink.stop)
+        self.forwarder = OutboxSender(f"fog {self.cfg.name} forwarding", unsent=self.journal.unsent,
+                                      send=lambda row: self.sink.send(row[0], row[2]), mark_sent=self._mark_sent,
+                                      outage=self.forwarding, storage=self.storage, wakeup=self.outbox_wakeup)
+        log.info("fog %s started: regions %s, k_min %d, period %.3g s, forwarding to %s", self.cfg.name,
+                 sorted(self.cfg.regions), self.cfg.k_min, self.cfg.period_s, self.cfg.sink)
+
+    def tasks(self):
+        return [self._ingest(), self._closer(), self.forwarder.run()]
+
+    def subscriptions(self) -> list[tuple[str, int]]:
+        return [(topics.reports_filter(r), 1) for r in self.cfg.regions] + [(topics.CONTROL_TOPIC, 1)]
+
+    def make_link(self) -> MqttLink:
+        """The fog's broker link: a fixed client id and a persistent session
+        (the broker keeps reports while the fog is away), manual acks."""
+        link = MqttLink(self.cfg.broker, f"fog-{self.cfg.name}",
+                        subscriptions=self.subscriptions() if self._source is None else [],
+                        clean_session=False, manual_ack=True, name=f"fog {self.cfg.name}",
+                        wakeup=Wakeups(self.arrived, self.outbox_wakeup).set)
+        link.on_subscribed = self._on_subscribed
+        return link
+
+    def _on_subscribed(self, refused: list[str]) -> None:
+        self.metrics.subscription_refused.set(len(refused))
+        if not any(t.startswith(topics.REPORTS_PREFIX) for t in refused):
+            log.info("fog subscribed to the reports of %s", ", ".join(sorted(self.cfg.regions)))
+
+    def _restore(self) -> None:
+        """Reopen journaled windows exactly as they were before a crash."""
+        j = self.journal
+        n = self.windows.restore(j.closed_windows(), j.open_reports(), j.duplicate_counts())
+        if n or self.windows.closed:
+            log.info("fog restored %d open reports in %d windows; %d windows already closed",
+                     n, len(self.windows.open), len(self.windows.closed))
+
+    # -- ingest -------------------------------------------------------------------
+    async def _ingest(self) -> None:
         while True:
+            if self.storage.down:
+                await asyncio.sleep(self.storage.retry_in() or 0)
+            if self.outbox_size >= self.cfg.outbox_max_windows:
+                # The sink is far behind: let the broker hold new reports.
+                await self.outbox_wakeup_for_ingest()
+                continue
+            now_t = self.now_t()
+            batch = self._held or [(m, now_t) for m in self.source.take(BATCH)]
+            self._held = []
+            if not batch:
+                await self.arrived.wait(None, None if self.link is not None else self.cfg.tick_s)
+                continue
             try:
-                msg = self.controls.get_nowait()
-            except queue.Empty:
-                return
-            if msg.payload:          # an empty retained payload only clears the topic
-                try:
-                    new = Protocol.from_control(wire.parse_control(msg.payload), self.protocol.current)
-                except ValueError as err:
-                    self.quarantine.put(msg.topic, "control_invalid", str(err), msg.payload)
-                else:
-                    self._follow(new)
-            if msg.qos > 0:
-                self.client.ack(msg.mid, msg.qos)
+                self._ingest_batch(batch)
+                self.storage.recovered()
+            except StorageError as err:
+                self._held = batch     # not acknowledged: retried, or redelivered by the broker after a restart
+                self._rebuild = True   # the in-memory windows took reports the journal did not
+                self.storage.failed(err)
+            await asyncio.sleep(0)     # let the closer and the forwarder have a turn between batches
 
-    def _follow(self, new: Protocol) -> None:
-        now_t = self.now_t()
-        changed = self.protocol.apply(new, now_t)
-        if not changed:
-            return
-        cur = self.protocol.current
-        self.rules = rules_for(self.rules, cur)
-        log.info("fog follows the control message from t=%d: %s", now_t,
-                 ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
-        drift = self.protocol.drift()
-        for field in PROTOCOL_FIELDS:
-            self.metrics.config_drift.labels(field).set(1 if field in drift else 0)
-        if drift:
-            log.warning("the fog's config disagrees with the control message (%s); following the control "
-                        "message: update the fog's config", ", ".join(f"{k}: config {a}, control {b}"
-                                                                       for k, (a, b) in drift.items()))
+    async def outbox_wakeup_for_ingest(self) -> None:
+        self.metrics.ingest_paused.set(1)
+        while self.outbox_size >= self.cfg.outbox_max_windows:
+            await asyncio.sleep(0.05)
+        self.metrics.ingest_paused.set(0)
 
-    def _validate(self, msg, now_t: int) -> Accepted:
+    def _ingest_batch(self, batch: list[tuple[object, int]]) -> None:
+        """Validate and journal one batch; ack only after the commit. Counters
+        and quarantine rows follow the commit, so a batch retried after a
+        storage failure is counted once."""
+        if self._rebuild:
+            self._rebuild_from_journal()
+        rows, dups = [], []
+        after: list[tuple[str | None, str, Outcome | None, object]] = []   # (reject reason, detail, outcome, msg)
+        complete = False
+        for msg, now_t in batch:
+            if msg.topic == topics.CONTROL_TOPIC:
+                self._control(msg)
+                after.append((None, "", None, msg))
+                continue
+            try:
+                rep = self._validate(msg, now_t)
+                outcome = self.windows.add(rep)
+            except Rejected as err:
+                after.append((err.reason, str(err), None, msg))
+                continue
+            except Exception as err:  # noqa: BLE001 - a bug one report triggers must not stop the fog
+                log.exception("report on %s could not be processed; quarantined", msg.topic)
+                after.append(("internal", repr(err), None, msg))
+                continue
+            if outcome is Outcome.ACCEPTED:
+                rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0, rep.mechanism))
+                complete = complete or self.windows.complete(rep.region, rep.t)
+            elif outcome is Outcome.DUPLICATE:
+                dups.append((rep.region, rep.t))
+            after.append((None, "", outcome, msg))
+        self.journal.add_reports(rows, dups)
+        self._count(after)
+        self.source.ack([m for *_, m in after])
+        self.reports_taken += len(after)
+        if complete:
+            self.due.set()
+
+    def _count(self, after: list[tuple[str | None, str, Outcome | None, object]]) -> None:
+        """Metrics, quarantine rows and per-region counts of a committed batch."""
+        taken = {Outcome.ACCEPTED: 0, Outcome.DUPLICATE: 0, Outcome.LATE: 0}
+        for reason, detail, outcome, msg in after:
+            if reason is not None:
+                self.quarantine.put(msg.topic, reason, detail, msg.payload)   # counts it by reason too
+                where = topics.parse_report_topic(msg.topic)
+                if where is not None and where[0] in self.cfg.regions:
+                    self.counters.rejected[where[0]] += 1
+            elif outcome is not None:
+                taken[outcome] += 1
+                if outcome is Outcome.LATE:
+                    self.counters.late[topics.parse_report_topic(msg.topic)[0]] += 1
+        for outcome, counter in ((Outcome.ACCEPTED, self.metrics.accepted), (Outcome.DUPLICATE,
+                                 self.metrics.duplicates), (Outcome.LATE, self.metrics.late)):
+            if taken[outcome]:
+                counter.inc(taken[outcome])
+
+    def _validate(self, msg, now_t: int) -> Accepted:  # noqa: ANN001
         """A report is good if the current parameters accept it, or, just after
         a change, the previous ones."""
         try:
@@ -190,63 +274,6 @@ class FogService:
                 pass
         raise first
 
-    # -- ingest -------------------------------------------------------------
-    def process_inbox(self) -> int:
-        """Validate and journal what arrived; ack only after the commit.
-        Counters and quarantine rows follow the commit, so a batch retried
-        after a storage failure is counted once."""
-        msgs: list[mqtt.MQTTMessage] = self._held
-        self._held = []
-        while len(msgs) < BATCH:
-            try:
-                msgs.append(self.inbox.get_nowait())
-            except queue.Empty:
-                break
-        if not msgs:
-            return 0
-        if self._rebuild:
-            self._rebuild_from_journal()
-        now_t = self.now_t()
-        rows, dups, after = [], [], []
-        for msg in msgs:
-            try:
-                rep = self._validate(msg, now_t)
-                outcome = self.windows.add(rep)
-            except Rejected as err:
-                after.append(("rejected", err.reason, str(err), msg))
-                continue
-            except Exception as err:  # noqa: BLE001 - a bug one report triggers must not stop the fog
-                log.exception("report on %s could not be processed; quarantined", msg.topic)
-                after.append(("rejected", "internal", repr(err), msg))
-                continue
-            if outcome == "accepted":
-                rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0, rep.mechanism))
-            elif outcome == "duplicate":
-                dups.append((rep.region, rep.t))
-            after.append((outcome, None, None, msg))
-        try:
-            self.journal.add_reports(rows, dups)
-        except sqlite3.Error:
-            self._held = msgs        # not acknowledged: retried, or redelivered by the broker after a restart
-            self._rebuild = True     # the in-memory windows took reports the journal did not
-            raise
-        outcomes: Counter[str] = Counter()
-        for kind, reason, detail, msg in after:
-            if kind == "rejected":
-                self.quarantine.put(msg.topic, reason, detail, msg.payload)   # counts it by reason too
-                parts = msg.topic.split("/")
-                if len(parts) == 5 and parts[3] in self.cfg.regions:
-                    self.rejected_since[parts[3]] += 1
-            else:
-                outcomes[kind] += 1
-        for kind, counter in (("accepted", self.metrics.accepted), ("duplicate", self.metrics.duplicates),
-                              ("late", self.metrics.late)):
-            if outcomes[kind]:
-                counter.inc(outcomes[kind])
-        self.client.ack_batch(msgs)
-        self.reports_taken += len(msgs)
-        return len(msgs)
-
     def _rebuild_from_journal(self) -> None:
         """After a storage failure: the windows as the journal has them."""
         self.windows = WindowManager(registered=self.windows.registered, k_min=self.cfg.k_min,
@@ -254,32 +281,47 @@ class FogService:
         self._restore()
         self._rebuild = False
 
-    # -- closing and forwarding ----------------------------------------------
-    def build_message(self, cw: ClosedWindow) -> tuple[WindowMessage, float]:
-        """Shuffle each eps level (of each report kind) of a closed window on its own (see schema)."""
-        t0 = time.perf_counter()
-        batches = []
-        mechs = cw.mechanisms or ["br"] * len(cw.eps)
-        for level, kind in sorted(set(zip(cw.eps, mechs))):
-            idx = [i for i, (e, m) in enumerate(zip(cw.eps, mechs)) if e == level and m == kind]
-            res = shuffle_window([cw.devices[i] for i in idx], self.graphs[cw.region], self.params, window_rng())
-            # BUDS: a report hides among its batch only, so the smallest batch is the n.
-            hidden_among = smallest_batch(res) if res.mechanism == "buds" else len(idx)
-            guarantee = window_guarantee(res.mechanism, eps0=level, n=conservative_n(hidden_among),
-                                         delta=self.cfg.privacy_delta, alpha=self.params.alpha, theta=res.theta)
-            batches.append(LevelBatch(eps=level, kind=kind, values=[cw.values[idx[j]] for j in res.order],
-                                      mechanism=res.mechanism, theta=res.theta, delta_k=res.delta_k,
-                                      omega=res.omega, k=res.k, groups=res.groups, guarantee=guarantee))
-        elapsed = time.perf_counter() - t0
-        counts = WindowCounts(duplicates=cw.duplicates, eps_level_dropped=cw.eps_level_dropped,
-                              late=self.windows.late[cw.region] - self.late_reported[cw.region],
-                              rejected=self.rejected_since[cw.region],
-                              suppressed_windows=self.suppressed_since[cw.region])
-        msg = WindowMessage(region=cw.region, t=cw.t, n=len(cw.values), alpha=self.params.alpha,
-                            batches=batches, counts=counts)
-        return msg, elapsed
+    # -- the control message --------------------------------------------------------
+    def _control(self, msg) -> None:  # noqa: ANN001
+        """Follow the retained control message, validated with the devices' own parser."""
+        if not msg.payload:          # an empty retained payload only clears the topic
+            return
+        try:
+            new = Protocol.from_control(wire.parse_control(msg.payload), self.protocol.current)
+        except ValueError as err:
+            self.quarantine.put(msg.topic, "control_invalid", str(err), msg.payload)
+            return
+        changed = self.protocol.apply(new, self.now_t())
+        if not changed:
+            return
+        self.rules = rules_for(self.rules, self.protocol.current)
+        log.info("fog follows the control message from t=%d: %s", self.now_t(),
+                 ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
+        drift = self.protocol.drift()
+        for field in PROTOCOL_FIELDS:
+            self.metrics.config_drift.labels(field).set(1 if field in drift else 0)
+        if drift:
+            log.warning("the fog's config disagrees with the control message (%s); following the control "
+                        "message: update the fog's config", ", ".join(f"{k}: config {a}, control {b}"
+                                                                       for k, (a, b) in drift.items()))
+        self.due.set()
 
-    async def close_due(self) -> int:
+    # -- closing ------------------------------------------------------------------
+    async def _closer(self) -> None:
+        while True:
+            if not self.storage.down:
+                try:
+                    await self._close_due()
+                except StorageError as err:
+                    self._rebuild = True
+                    self.storage.failed(err)
+            cur = self.protocol.current
+            wait = seconds_to_next_period(self.clock, cur.epoch0, cur.period_s, self.cfg.tick_s)
+            if self.storage.down:
+                wait = min(wait, self.storage.retry_in() or 0.0)
+            await self.due.wait(None, wait)
+
+    async def _close_due(self) -> int:
         closed = 0
         for region, t in self.windows.due(self.now_t()):
             cw = self.windows.close(region, t)
@@ -287,23 +329,11 @@ class FogService:
             if cw.suppressed:
                 self.journal.close_window(region, t, None)
                 self.metrics.suppressed.inc()
-                self.suppressed_since[region] += 1
+                self.counters.suppressed[region] += 1
                 log.info("window (%s, %d) suppressed: %d reports < k_min %d", region, t, len(cw.values),
                          self.cfg.k_min)
                 continue
-            if len(cw.values) > LARGE_WINDOW:
-                msg, elapsed = await asyncio.to_thread(self.build_message, cw)
-            else:
-                msg, elapsed = self.build_message(cw)
-            self.journal.close_window(region, t, msg.model_dump_json())
-            self.late_reported[region] = self.windows.late[region]
-            self.rejected_since[region] = 0
-            self.suppressed_since[region] = 0
-            self.metrics.shuffle_seconds.observe(elapsed)
-            self.metrics.window_size.observe(msg.n)
-            # "mallows" or "buds" when every level got that shuffle, else "uniform".
-            mechs = {b.mechanism for b in msg.batches}
-            self.metrics.forwarded.labels(mechs.pop() if len(mechs) == 1 else "uniform").inc()
+            await self._release(cw)
             closed += 1
         t_min = self.now_t() - self.cfg.lateness_periods - 2
         self.windows.forget_before(t_min)
@@ -313,55 +343,27 @@ class FogService:
             self.journal.prune(t_min)
         return closed
 
-    async def forward_outbox(self) -> int:
-        sent = 0
-        if self.cfg.sink == "mqtt" and not (self.connected and self.client.is_connected()):
-            return 0
-        for region, t, payload in self.journal.unsent():
-            try:
-                await self.sink.send(region, t, payload)
-            except SinkError as err:
-                log.warning("forwarding deferred: %s", err)
-                break
-            self.journal.mark_sent(region, t)
-            self.windows_sent += 1
-            sent += 1
-        return sent
+    async def _release(self, cw: ClosedWindow) -> None:
+        counts = self.counters.window_counts(cw)
+        args = (cw, self.graphs[cw.region], self.params, counts)
+        kw = {"privacy_delta": self.cfg.privacy_delta, "rng_factory": window_rng}
+        t0 = time.perf_counter()
+        if len(cw.values) > LARGE_WINDOW:
+            msg = await asyncio.to_thread(release_window, *args, **kw)
+        else:
+            msg = release_window(*args, **kw)
+        self.metrics.shuffle_seconds.observe(time.perf_counter() - t0)
+        self.journal.close_window(cw.region, cw.t, msg.model_dump_json())
+        self.counters.forwarded(cw.region)
+        self.outbox_size += 1
+        self.outbox_wakeup.set()
+        self.metrics.outbox_windows.set(self.outbox_size)
+        self.metrics.window_size.observe(msg.n)
+        # "mallows" or "buds" when every level got that shuffle, else "uniform".
+        mechs = {b.mechanism for b in msg.batches}
+        self.metrics.forwarded.labels(mechs.pop() if len(mechs) == 1 else "uniform").inc()
 
-    # -- main loop ------------------------------------------------------------
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        stop = stop or asyncio.Event()
-        if self.cfg.metrics_port is not None:
-            self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
-        connect_in_background(self.client, self.cfg.broker)
-        log.info("fog %s started: regions %s, k_min %d, period %.3g s", self.cfg.name,
-                 sorted(self.cfg.regions), self.cfg.k_min, self.cfg.period_s)
-        self.wakeup.bind()
-        try:
-            while not stop.is_set():
-                wait = self.storage.wait_s()
-                if wait:
-                    await wait_or_stop(stop, wait)
-                    continue
-                try:
-                    self.process_controls()
-                    # One batch at a time, so a flood of reports cannot starve closing.
-                    took = self.process_inbox()
-                    await self.close_due()
-                    await self.forward_outbox()
-                    self.storage.recovered()
-                except sqlite3.Error as err:   # disk full, read-only, I/O error: a state, not a crash
-                    self._rebuild = True       # the in-memory windows may hold what the journal lost
-                    self.storage.failed(err)
-                    continue
-                if took < BATCH and self.inbox.empty() and not self._held:
-                    # Idle: wake on the next report or the next period boundary (windows come due).
-                    cur = self.protocol.current
-                    await self.wakeup.wait(stop, seconds_to_next_period(self.clock, cur.epoch0, cur.period_s,
-                                                                        self.cfg.tick_s))
-        finally:
-            if hasattr(self.sink, "stop"):
-                await self.sink.stop()
-            self.client.disconnect()
-            self.client.loop_stop()
-            self.journal.close()
+    def _mark_sent(self, row: tuple[str, int, str]) -> None:
+        self.journal.mark_sent(row[0], row[1])
+        self.outbox_size = max(0, self.outbox_size - 1)
+        self.metrics.outbox_windows.set(self.outbox_size)

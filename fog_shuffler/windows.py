@@ -11,10 +11,19 @@ with fewer than k_min reports is suppressed.
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
 from fog_shuffler.ingest import Accepted
+from rase_common.protocol.window import WindowCounts
+
+
+class Outcome(enum.Enum):
+    """What became of a report the ingest rules accepted."""
+    ACCEPTED = "accepted"       # into its open window
+    DUPLICATE = "duplicate"     # (device, t) seen before: QoS 1 redelivery
+    LATE = "late"               # its window already closed
 
 
 @dataclass
@@ -51,26 +60,44 @@ class WindowManager:
         self.closed: set[tuple[str, int]] = set()
         self.late: Counter[str] = Counter()
 
-    def add(self, rep: Accepted) -> str:
-        """'accepted', 'duplicate' or 'late'."""
+    def add(self, rep: Accepted) -> Outcome:
         key = (rep.region, rep.t)
         if key in self.closed:
             self.late[rep.region] += 1
-            return "late"
+            return Outcome.LATE
         w = self.open.get(key)
         if w is None:
             w = self.open[key] = OpenWindow(rep.region, rep.t)
         if rep.device in w.reports:
             w.duplicates += 1
-            return "duplicate"
+            return Outcome.DUPLICATE
         w.reports[rep.device] = (rep.y, rep.eps, rep.mechanism)
-        return "accepted"
+        return Outcome.ACCEPTED
+
+    def complete(self, region: str, t: int) -> bool:
+        """Every device registered for the region has reported for t."""
+        w = self.open.get((region, t))
+        return w is not None and len(w.reports) >= len(self.registered.get(region, ()))
+
+    def restore(self, closed: set[tuple[str, int]], reports, duplicates: dict[tuple[str, int], int]) -> int:
+        """Reopen windows as a journal kept them: closed markers, accepted
+        reports (region, t, device, y, eps, mechanism) and duplicate counts.
+        Returns how many reports were restored."""
+        self.closed = set(closed)
+        n = 0
+        for region, t, device, y, eps, mech in reports:
+            self.add(Accepted(region, device, t, y, eps, mech))
+            n += 1
+        for key, k in duplicates.items():
+            if key in self.open:
+                self.open[key].duplicates = k
+        return n
 
     def due(self, now_t: int) -> list[tuple[str, int]]:
         """Windows to close now, oldest first."""
         out = []
         for (region, t), w in self.open.items():
-            if now_t >= t + 1 + self.lateness or len(w.reports) >= len(self.registered.get(region, ())):
+            if now_t >= t + 1 + self.lateness or self.complete(region, t):
                 out.append((region, t))
         return sorted(out, key=lambda k: (k[1], k[0]))
 
@@ -89,3 +116,23 @@ class WindowManager:
     def forget_before(self, t_min: int) -> None:
         """Drop closed markers older than any t ingest still accepts."""
         self.closed = {k for k in self.closed if k[1] >= t_min}
+
+
+class RegionCounters:
+    """Per region, the public counts a forwarded window carries about what
+    happened since that region's previous forwarded window: reports rejected,
+    reports late, windows suppressed. Never per device."""
+
+    def __init__(self) -> None:
+        self.rejected: Counter[str] = Counter()
+        self.late: Counter[str] = Counter()
+        self.suppressed: Counter[str] = Counter()
+
+    def window_counts(self, cw: "ClosedWindow") -> WindowCounts:
+        r = cw.region
+        return WindowCounts(duplicates=cw.duplicates, eps_level_dropped=cw.eps_level_dropped, late=self.late[r],
+                            rejected=self.rejected[r], suppressed_windows=self.suppressed[r])
+
+    def forwarded(self, region: str) -> None:
+        """The counts went out with a window of this region: start again."""
+        self.rejected[region] = self.late[region] = self.suppressed[region] = 0

@@ -34,7 +34,7 @@ from rase_common.storage import StorageOutage
 from rase_common.clock import ScaledClock, WallClock
 from rase_common.loop import Wakeup
 from rase_common.mqtt import connect_in_background, paho_client
-from rase_common.settings import ConfigError
+from rase_common.errors import ConfigError
 
 log = logging.getLogger(__name__)
 LARGE = 20_000  # estimate in a worker thread above this many reports

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from edge_agent.mechanisms import MECHANISMS
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
-from rase_common.settings import ConfigError
+from rase_common.errors import ConfigError
 
 
 def _setup_logging(level: str) -> None:

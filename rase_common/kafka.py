@@ -1,13 +1,23 @@
-"""Kafka settings shared by the fog's sink and the fusion center's source.
+"""Kafka between the fog and the fusion center: settings, a Sink (the fog's
+windows) and a Source (the fusion center's consumer group).
 
 The topic `rase.windows` carries one window per record, key = region, so the
-windows of one region keep their order on one partition.
+windows of one region keep their order on one partition. Kafka errors become
+TransportError (retriable) here; the services' retry loops back off on that.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
 from pydantic import BaseModel, ConfigDict, Field
 
+from rase_common.errors import TransportError
+
+log = logging.getLogger(__name__)
 WINDOWS_TOPIC = "rase.windows"
 
 
@@ -22,3 +32,147 @@ class KafkaConfig(BaseModel):
     idempotent: bool = True
     request_timeout_s: float = Field(10.0, gt=0)
     client_id: str | None = None
+
+
+class KafkaSink:
+    """Produces each message to the topic with its key, acks=all, and returns
+    once Kafka has it. The producer starts on first use and again after a
+    failure, so a Kafka that is down or restarts is waited for, not fatal."""
+
+    def __init__(self, cfg: KafkaConfig):
+        self.cfg = cfg
+        self.producer = None
+
+    async def _producer(self):  # noqa: ANN202
+        if self.producer is None:
+            from aiokafka import AIOKafkaProducer
+
+            producer = AIOKafkaProducer(bootstrap_servers=self.cfg.bootstrap_servers, acks="all",
+                                        enable_idempotence=self.cfg.idempotent, client_id=self.cfg.client_id,
+                                        request_timeout_ms=int(self.cfg.request_timeout_s * 1000))
+            try:
+                await producer.start()
+            except Exception as err:  # aiokafka raises its own and OSError subclasses
+                await _quietly(producer.stop())
+                raise TransportError(f"Kafka at {self.cfg.bootstrap_servers} unreachable: {err!r}") from err
+            self.producer = producer
+        return self.producer
+
+    async def send(self, key: str, payload: str) -> None:
+        from aiokafka.errors import KafkaError
+
+        producer = await self._producer()
+        try:
+            await asyncio.wait_for(producer.send_and_wait(self.cfg.topic, key=key.encode(), value=payload.encode()),
+                                   self.cfg.request_timeout_s * 2)
+        except (KafkaError, asyncio.TimeoutError, OSError) as err:
+            await self.stop()  # a fresh producer on the next try
+            raise TransportError(f"Kafka did not take {key}: {err!r}") from err
+
+    async def stop(self) -> None:
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            await _quietly(producer.stop())
+
+
+async def _quietly(coro) -> None:  # noqa: ANN001
+    """Close a broken producer or consumer: nothing is pending, errors say nothing new."""
+    try:
+        await coro
+    except Exception as err:  # noqa: BLE001
+        log.debug("kafka client stop: %r", err)
+
+
+@dataclass
+class Record:
+    """One consumed record: its key as `topic` (the region) and its value."""
+    topic: str
+    payload: bytes
+    ack_offset: Callable[[], None]
+
+
+class KafkaSource:
+    """A member of the fusion centers' consumer group. A background task
+    fetches records and calls `wakeup`; ack() marks records done and their
+    offsets are committed, in order per partition, on the next take (or at
+    stop), so a crash replays records instead of losing them; the store's
+    idempotence drops the replayed ones."""
+
+    def __init__(self, cfg: KafkaConfig, wakeup: Callable[[], None] | None = None):
+        self.cfg = cfg
+        self.wakeup = wakeup or (lambda: None)
+        self.consumer = None
+        self._done: dict = {}     # TopicPartition -> next offset to commit
+        self._fetched: list[Record] = []
+        self._fetcher: asyncio.Task | None = None
+        self._committer: asyncio.Task | None = None
+        self.commit_failures = 0
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(self.cfg.topic, bootstrap_servers=self.cfg.bootstrap_servers,
+                                    group_id=self.cfg.group_id, enable_auto_commit=False,
+                                    auto_offset_reset="earliest", client_id=self.cfg.client_id,
+                                    request_timeout_ms=int(self.cfg.request_timeout_s * 1000) + 30_000)
+        await consumer.start()  # aiokafka retries a missing broker itself
+        self.consumer = consumer
+        self._fetcher = asyncio.create_task(self._fetch_forever())
+
+    async def _fetch_forever(self) -> None:
+        while True:
+            if len(self._fetched) >= 10_000:      # the service is behind: let it catch up
+                await asyncio.sleep(0.01)
+                continue
+            batches = await self.consumer.getmany(timeout_ms=1000, max_records=10_000)
+            got = [Record(rec.key.decode() if rec.key else "", rec.value,
+                          lambda tp=tp, o=rec.offset: self._ack(tp, o))
+                   for tp, records in batches.items() for rec in records]
+            if got:
+                self._fetched.extend(got)
+                self.wakeup()
+
+    def _ack(self, tp, offset: int) -> None:  # noqa: ANN001
+        if offset + 1 > self._done.get(tp, -1):
+            self._done[tp] = offset + 1
+
+    def take(self, max_items: int) -> list[Record]:
+        if self._fetcher is not None and self._fetcher.done() and self._fetcher.exception() is not None:
+            raise TransportError(f"Kafka fetcher died: {self._fetcher.exception()!r}")   # never unnoticed
+        if self._done and (self._committer is None or self._committer.done()):
+            self._committer = asyncio.ensure_future(self.commit())
+        out, self._fetched = self._fetched[:max_items], self._fetched[max_items:]
+        return out
+
+    def ack(self, items: list[Record]) -> None:
+        for r in items:
+            r.ack_offset()
+
+    async def commit(self) -> None:
+        if not self._done or self.consumer is None:
+            return
+        from aiokafka.errors import KafkaError
+        from aiokafka.structs import OffsetAndMetadata
+
+        done, self._done = self._done, {}
+        try:
+            await self.consumer.commit({tp: OffsetAndMetadata(off, "") for tp, off in done.items()})
+        except KafkaError as err:
+            # Not committed: those records come again after a rebalance or a
+            # restart, and the store drops them as duplicates.
+            self.commit_failures += 1
+            log.warning("kafka offset commit failed (records will be replayed): %r", err)
+
+    async def stop(self) -> None:
+        for task in (self._fetcher, self._committer):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: records are replayed
+                    pass
+        self._fetcher = self._committer = None
+        if self.consumer is not None:
+            await self.commit()
+            await _quietly(self.consumer.stop())
+            self.consumer = None

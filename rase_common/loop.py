@@ -47,14 +47,18 @@ class Wakeup:
         except RuntimeError:
             pass  # the loop has closed: the service is stopping
 
-    async def wait(self, stop: asyncio.Event, timeout_s: float) -> bool:
-        """Until set(), `stop` or timeout_s; True if stopping."""
+    async def wait(self, stop: asyncio.Event | None = None, timeout_s: float | None = None) -> bool:
+        """Until set(), `stop` (if given) or timeout_s (None: no timeout);
+        True if stopping."""
         if self._event is None:
             self.bind()
-        if not self._event.is_set() and not stop.is_set():
-            tasks = {asyncio.ensure_future(self._event.wait()), asyncio.ensure_future(stop.wait())}
+        if not self._event.is_set() and not (stop is not None and stop.is_set()):
+            tasks = {asyncio.ensure_future(self._event.wait())}
+            if stop is not None:
+                tasks.add(asyncio.ensure_future(stop.wait()))
             try:
-                await asyncio.wait(tasks, timeout=max(0.0, timeout_s), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(tasks, timeout=None if timeout_s is None else max(0.0, timeout_s),
+                                   return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for task in tasks:
                     task.cancel()
@@ -62,7 +66,7 @@ class Wakeup:
         # now on schedules a new wake-up.
         self._event.clear()
         self._pending = False
-        return stop.is_set()
+        return stop is not None and stop.is_set()
 
 
 def seconds_to_next_period(clock, epoch0: float, period_s: float, cap_s: float = 1.0) -> float:

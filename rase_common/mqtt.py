@@ -1,18 +1,54 @@
-"""Broker settings and paho client construction shared by every service."""
+"""MQTT for every service: broker settings, the one adapter over paho-mqtt,
+and an asyncio link that services use as a source and a sink.
+
+paho-mqtt 2.x is the client: fast, and what the tests measure. Two of its
+private parts are used, each through a guard checked at import, with paho's
+public path as the fallback (paho is pinned below 3):
+- batched PUBACKs (`Client.ack_batch`): one outgoing packet for a whole
+  batch of manual acks, instead of one wake-up and one send() per message;
+- the reconnect wait (`Client._reconnect_wait`): paho's own doubling delay
+  replaced by the shared Backoff (jittered, first retry after 0.1 s), so a
+  service is back on its broker within a fraction of a second of a restart.
+paho's return codes become TransportError in one place (`check_rc`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import queue
 import socket
 import ssl
 import struct
+import threading
+import time
 from pathlib import Path
+from typing import Callable
 from urllib.parse import urlparse
 
 import paho.mqtt.client as mqtt
 from pydantic import BaseModel, ConfigDict, Field
 
+from rase_common.errors import Backoff, Outage, TransportError
+
 log = logging.getLogger(__name__)
+
+# paho's private names the fast paths need; without any of them, the public path.
+_BATCH_ACK_NAMES = ("_out_packet", "_sockpairW", "_call_socket_register_write", "_manual_ack", "_thread")
+FAST_ACKS = all(hasattr(mqtt.Client(mqtt.CallbackAPIVersion.VERSION2), n) for n in _BATCH_ACK_NAMES)
+BACKOFF_RECONNECT = hasattr(mqtt.Client, "_reconnect_wait") and hasattr(
+    mqtt.Client(mqtt.CallbackAPIVersion.VERSION2), "_thread_terminate")
+if not (FAST_ACKS and BACKOFF_RECONNECT):
+    log.warning("paho-mqtt %s lacks private names RASE's fast paths use; falling back to its public API",
+                getattr(mqtt, "__version__", "?"))
+
+
+def check_rc(rc: int, what: str) -> None:
+    """paho's return codes, turned into errors in one place: NO_CONN is fine
+    for QoS >= 1 (paho keeps the message and sends it on reconnect)."""
+    if rc in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):
+        return
+    raise TransportError(f"{what}: {mqtt.error_string(rc)}", retriable=rc != mqtt.MQTT_ERR_PAYLOAD_SIZE)
 
 
 class BrokerConfig(BaseModel):
@@ -35,14 +71,39 @@ class BrokerConfig(BaseModel):
                    username=u.username, password=u.password, tls=u.scheme == "mqtts")
 
 
-def connect_in_background(client: mqtt.Client, broker: BrokerConfig) -> None:
-    """Start paho's network thread; it connects, and reconnects with backoff.
-    Each failed attempt is logged, so an unreachable broker is visible."""
-    if client.on_connect_fail is None:
-        client.on_connect_fail = lambda c, u: log.warning(
-            "cannot reach MQTT broker %s:%d; retrying with backoff", broker.host, broker.port)
+def connect_in_background(client: Client, broker: BrokerConfig, outage: Outage | None = None) -> Outage:
+    """Start paho's network thread: it connects and reconnects with the
+    client's backoff. The link's state is an Outage: one warning when the
+    broker is lost or unreachable, one when it is back, nothing per attempt.
+    Callbacks already set on the client are kept (called after this)."""
+    outage = outage or Outage(f"MQTT broker {broker.host}:{broker.port}", log)
+    user_connect, user_disconnect, user_fail = client.on_connect, client.on_disconnect, client.on_connect_fail
+
+    def on_connect(c, userdata, flags, reason_code, properties):  # noqa: ANN001
+        if reason_code.is_failure:
+            outage.failed(TransportError(f"connection refused: {reason_code}"))
+        else:
+            if c.reconnect_backoff is not None:
+                c.reconnect_backoff.reset()
+            outage.recovered()
+        if user_connect:
+            user_connect(c, userdata, flags, reason_code, properties)
+
+    def on_disconnect(c, userdata, flags, reason_code, properties):  # noqa: ANN001
+        if getattr(reason_code, "is_failure", reason_code != 0) and not getattr(c, "_rase_stopping", False):
+            outage.failed(TransportError(f"connection lost: {reason_code}"))
+        if user_disconnect:
+            user_disconnect(c, userdata, flags, reason_code, properties)
+
+    def on_connect_fail(c, userdata):  # noqa: ANN001
+        outage.failed(TransportError("cannot connect"))
+        if user_fail:
+            user_fail(c, userdata)
+
+    client.on_connect, client.on_disconnect, client.on_connect_fail = on_connect, on_disconnect, on_connect_fail
     client.connect_async(broker.host, broker.port, keepalive=broker.keepalive_s)
     client.loop_start()
+    return outage
 
 
 _PUBACK = struct.Struct("!BBH")       # MQTT 3.1.1 PUBACK: type 0x40, remaining length 2, packet id
@@ -85,10 +146,18 @@ class ReadBufferedSocket:
 
 
 class Client(mqtt.Client):
-    """paho's client with buffered reads, and acknowledging a batch of
-    messages at once."""
+    """paho's client with buffered reads, the shared reconnect backoff, and
+    acknowledging a batch of messages at once."""
 
     DRAIN_PACKETS = 256
+    reconnect_backoff: Backoff | None = None    # set by paho_client; reset on every CONNACK
+
+    def _reconnect_wait(self) -> None:  # noqa: D401 - paho's hook, guarded by BACKOFF_RECONNECT
+        if self.reconnect_backoff is None or not BACKOFF_RECONNECT:
+            return super()._reconnect_wait()
+        deadline = time.monotonic() + self.reconnect_backoff.next_s()
+        while not self._thread_terminate and time.monotonic() < deadline:
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
     def _create_socket(self):  # noqa: ANN202 - paho's socket factory, called on every (re)connect
         sock = super()._create_socket()
@@ -126,7 +195,7 @@ class Client(mqtt.Client):
         appends) and wakes the thread once. paho is pinned below 3;
         tests/unit/rase_common/test_mqtt.py checks the acks reach a real broker."""
         mids = [m.mid for m in messages if m.qos == 1]
-        if not self._manual_ack or not mids or self._thread is None:
+        if not FAST_ACKS or not self._manual_ack or not mids or self._thread is None:
             for m in messages:    # no network thread to wake (or nothing to batch): paho's own path
                 if m.qos > 0:
                     self.ack(m.mid, m.qos)
@@ -148,13 +217,222 @@ class Client(mqtt.Client):
 
 
 def paho_client(broker: BrokerConfig, client_id: str, *, clean_session: bool = True,
-                manual_ack: bool = False) -> Client:
-    """An MQTT 3.1.1 paho client with credentials, TLS and reconnect backoff set."""
+                manual_ack: bool = False, backoff: Backoff | None = None) -> Client:
+    """An MQTT 3.1.1 paho client with credentials, verified TLS and the shared
+    reconnect backoff (default: first retry after 0.1 s, at most 2 s apart)."""
     c = Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311,
-                    clean_session=clean_session, manual_ack=manual_ack)
+               clean_session=clean_session, manual_ack=manual_ack)
     if broker.username:
         c.username_pw_set(broker.username, broker.password)
     if broker.tls:
+        # CERT_REQUIRED and host name checking: a broker without a certificate
+        # from this CA (or for another name) is refused before credentials are sent.
         c.tls_set(ca_certs=str(broker.ca_file) if broker.ca_file else None, cert_reqs=ssl.CERT_REQUIRED)
-    c.reconnect_delay_set(min_delay=1, max_delay=30)
+    c.reconnect_backoff = backoff or Backoff()
+    c.reconnect_delay_set(min_delay=1, max_delay=2)    # paho's own wait, used only without BACKOFF_RECONNECT
     return c
+
+
+class MqttLink:
+    """One service's connection to its broker, for asyncio code.
+
+    - Connects in the background and reconnects with the shared backoff;
+      `state` is an Outage (one warning when lost, one when back).
+    - `subscriptions` are (re)made on every connect; `subscribed` is set once
+      the broker's SUBACK accepted every filter (refused ones are logged and
+      counted in `refused`).
+    - Incoming messages queue in `inbox` (paho's thread puts, the loop takes);
+      `wakeup` is called after each, so the loop waits on events, not a tick.
+    - publish() awaits the broker's PUBACK and raises TransportError (retriable)
+      when it does not come in time; a lost connection never raises anywhere
+      else. A QoS 1 message not yet acknowledged when the link drops stays in
+      paho's session and is sent again on reconnect.
+    Nothing happens in the constructor; start() and stop() do the I/O.
+    """
+
+    def __init__(self, broker: BrokerConfig, client_id: str, *, subscriptions: list[tuple[str, int]] = (),
+                 clean_session: bool = True, manual_ack: bool = False, wakeup: Callable[[], None] | None = None,
+                 will: tuple[str, str, bool] | None = None, name: str | None = None):
+        self.broker = broker
+        self.client_id = client_id
+        self.subscriptions = list(subscriptions)
+        self.clean_session = clean_session
+        self.manual_ack = manual_ack
+        self.wakeup = wakeup or (lambda: None)
+        self.will = will
+        self.name = name or client_id
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.client: Client | None = None
+        self.state: Outage | None = None
+        self.connected = threading.Event()
+        self.subscribed = threading.Event()
+        self.refused: list[str] = []
+        self.on_subscribed: Callable[[list[str]], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._acked_early: set[int] = set()
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        c = self.client = paho_client(self.broker, self.client_id, clean_session=self.clean_session,
+                                      manual_ack=self.manual_ack)
+        if self.will is not None:
+            topic, payload, retain = self.will
+            c.will_set(topic, payload, qos=1, retain=retain)
+        c.on_connect = self._on_connect
+        c.on_disconnect = self._on_disconnect
+        c.on_message = self._on_message
+        c.on_subscribe = self._on_subscribe
+        c.on_publish = self._on_publish
+        self.state = connect_in_background(c, self.broker, Outage(f"{self.name}: MQTT broker {self.broker.host}:"
+                                                                  f"{self.broker.port}", log))
+
+    def stop(self) -> None:
+        c = self.client
+        if c is None:
+            return
+        c._rase_stopping = True       # our own disconnect is not an outage
+        c.disconnect()
+        c.loop_stop()
+        self.connected.clear()
+        self.subscribed.clear()
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+        for fut in waiting.values():
+            self._resolve(fut, TransportError("link stopped"))
+
+    # -- paho's thread -------------------------------------------------------
+    def _on_connect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
+        if reason_code.is_failure:
+            log.error("%s: the broker refused the connection: %s", self.name, reason_code)
+            return
+        self.connected.set()
+        self.subscribed.clear()
+        log.info("%s connected to %s:%d (session present: %s)", self.name, self.broker.host, self.broker.port,
+                 flags.session_present)
+        if self.subscriptions:
+            client.subscribe(self.subscriptions)
+        else:
+            self.subscribed.set()
+        self.wakeup()
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
+        self.connected.clear()
+        self.subscribed.clear()
+        self.wakeup()
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties):  # noqa: ANN001
+        refused = [topic for (topic, _q), rc in zip(self.subscriptions, reason_codes) if rc.is_failure]
+        self.refused = refused
+        if refused:
+            log.error("%s: the broker refused the subscription to %s: check its ACL", self.name, ", ".join(refused))
+        if self.on_subscribed is not None:
+            self.on_subscribed(refused)
+        self.subscribed.set()
+        self.wakeup()
+
+    def _on_message(self, client, userdata, msg):  # noqa: ANN001
+        self.inbox.put(msg)
+        self.wakeup()
+
+    def _on_publish(self, client, userdata, mid, reason_code, properties):  # noqa: ANN001
+        with self._lock:
+            fut = self._waiting.pop(mid, None)
+            if fut is None:
+                self._acked_early.add(mid)
+        if fut is not None:
+            self._resolve(fut, None)
+
+    def _resolve(self, fut: asyncio.Future, err: BaseException | None) -> None:
+        def settle() -> None:
+            if not fut.done():
+                fut.set_exception(err) if err is not None else fut.set_result(None)
+        try:
+            self._loop.call_soon_threadsafe(settle)
+        except RuntimeError:
+            pass          # the loop has closed: nobody waits any more
+
+    # -- the loop's side -----------------------------------------------------
+    def publish_nowait(self, topic: str, payload: str | bytes, *, qos: int = 1, retain: bool = False,
+                       properties=None) -> asyncio.Future:  # noqa: ANN001
+        """Queue a QoS 1 publish; the future completes on its PUBACK."""
+        if self.client is None:
+            raise TransportError(f"{self.name}: link not started")
+        if qos != 1:
+            # Only QoS 1 is confirmed; paho reports QoS 0 sends by packet id too,
+            # and such an id would later complete a QoS 1 publish that reuses it.
+            raise ValueError("MqttLink publishes with QoS 1 only")
+        info = self.client.publish(topic, payload, qos=qos, retain=retain, properties=properties)
+        check_rc(info.rc, f"publish to {topic}")
+        fut = self._loop.create_future()
+        with self._lock:
+            if info.mid in self._acked_early:
+                self._acked_early.discard(info.mid)
+                fut.set_result(None)
+            else:
+                self._waiting[info.mid] = fut
+        return fut
+
+    async def publish(self, topic: str, payload: str | bytes, *, qos: int = 1, retain: bool = False,
+                      timeout_s: float = 10.0, properties=None) -> None:  # noqa: ANN001
+        """Publish and wait for the broker's PUBACK, or raise TransportError."""
+        fut = self.publish_nowait(topic, payload, qos=qos, retain=retain, properties=properties)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except asyncio.TimeoutError:
+            raise TransportError(f"no PUBACK for {topic} within {timeout_s:g} s"
+                                 + ("" if self.connected.is_set() else " (not connected)")) from None
+
+    def take(self, max_items: int) -> list[mqtt.MQTTMessage]:
+        """Up to max_items received messages, oldest first, without waiting."""
+        out = []
+        while len(out) < max_items:
+            try:
+                out.append(self.inbox.get_nowait())
+            except queue.Empty:
+                break
+        return out
+
+    def ack(self, messages: list[mqtt.MQTTMessage]) -> None:
+        """PUBACK messages taken with manual_ack (a no-op for QoS 0)."""
+        if self.client is not None and messages:
+            self.client.ack_batch(messages)
+
+
+class MqttSource:
+    """The messages of a service's MqttLink as a Source (the link itself is
+    started and stopped by the service that owns it)."""
+
+    def __init__(self, link: MqttLink):
+        self.link = link
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    def take(self, max_items: int) -> list[mqtt.MQTTMessage]:
+        return self.link.take(max_items)
+
+    def ack(self, items: list[mqtt.MQTTMessage]) -> None:
+        self.link.ack(items)
+
+
+class MqttSink:
+    """Publishes each message to topic_of(key), QoS 1, and returns on its PUBACK."""
+
+    def __init__(self, link: MqttLink, topic_of: Callable[[str], str], timeout_s: float = 10.0):
+        self.link = link
+        self.topic_of = topic_of
+        self.timeout_s = timeout_s
+
+    async def send(self, key: str, payload: str) -> None:
+        if not self.link.connected.is_set():
+            raise TransportError(f"{self.link.name}: not connected to the broker")
+        await self.link.publish(self.topic_of(key), payload, timeout_s=self.timeout_s)
+
+    async def stop(self) -> None:
+        pass

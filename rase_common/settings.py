@@ -14,13 +14,11 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from rase_common.errors import ConfigError
+
 _TOML_PATH: contextvars.ContextVar[Path | None] = contextvars.ContextVar("rase_toml_path", default=None)
 
 S = TypeVar("S", bound="TomlSettings")
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot be used; the message names the field."""
 
 
 def format_validation_error(err: ValidationError, source: str) -> str:

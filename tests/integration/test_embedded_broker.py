@@ -59,7 +59,7 @@ def test_a_replay_that_fails_to_start_leaves_no_broker_behind(tmp_path):
     import os
     from pathlib import Path
 
-    from rase_common.settings import ConfigError
+    from rase_common.errors import ConfigError
     from simulators.pipeline import PipelineSpec, run_pipeline
     from simulators.refit import bundled_dir
 

@@ -45,6 +45,8 @@ def test_a_precision_change_mid_run_drops_no_good_report(mosquitto, tmp_path):
     fog = ServiceThread(fog_svc)
     agents = []
     try:
+        # A new session gets only what is published after its SUBACK.
+        assert rec.wait_for(lambda: fog_svc.subscribed, timeout_s=20)
         for dev in house.device_ids():
             cfg = AgentConfig.load(None, device=dev, region="r1", eps=1.0, period_s=8.0, epoch0=epoch0,
                                    ledger_path=tmp_path / f"{dev}.json", broker=broker)

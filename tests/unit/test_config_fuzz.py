@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from edge_agent.config import AgentConfig
 from fog_shuffler.config import FogConfig
 from fusion_center.config import FusionConfig
-from rase_common.settings import ConfigError
+from rase_common.errors import ConfigError
 
 scalars = st.one_of(st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True, allow_infinity=True),
                     st.text(alphabet="abcxyz/+# 01.-", max_size=8))

@@ -6,7 +6,7 @@ import pytest
 
 from edge_agent.config import AgentConfig, SourceConfig
 from edge_agent.sources import CallableSource, CsvTraceSource, make_source
-from rase_common.settings import ConfigError
+from rase_common.errors import ConfigError
 
 READINGS = iter([12.5, 13.0])
 

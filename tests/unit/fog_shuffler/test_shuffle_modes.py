@@ -134,26 +134,23 @@ def test_fog_config_modes():
         robust_shuffle(["a"], RelationshipGraph(), ShuffleParams(mode="buds"), window_rng(1))
 
 
-def test_the_fog_forwards_buds_windows_with_the_smallest_batch_guarantee(tmp_path):
+def test_the_fog_forwards_buds_windows_with_the_smallest_batch_guarantee():
     """A fog in BUDS mode: each level's batch says mechanism "buds", its groups
     are the batches over sigma_0, it validates as a window, and its stated
     amplification is that of a uniform shuffle of the smallest batch."""
     from rase_common.amplification import window_guarantee
     from fog_shuffler.config import FogConfig
-    from rase_common.protocol.window import WindowMessage
-    from fog_shuffler.service import FogService
+    from fog_shuffler.randomness import window_rng
+    from fog_shuffler.release import release_window
+    from rase_common.protocol.window import WindowCounts, WindowMessage
     from fog_shuffler.windows import ClosedWindow
 
     devices = [f"d{i:03d}" for i in range(150)]
     cfg = FogConfig.load(None, regions={"r1": {"groups": [devices[i:i + 10] for i in range(0, 150, 10)]}},
-                         journal_path=tmp_path / "fog.sqlite",
                          shuffler={"shuffle_mode": "buds", "buds_batch_size": 64})
-    fog = FogService(cfg)
-    try:
-        cw = ClosedWindow("r1", 5, devices, [float(i) for i in range(150)], [1.0] * 150, 0, 0, False)
-        msg, _ = fog.build_message(cw)
-    finally:
-        fog.journal.close()
+    cw = ClosedWindow("r1", 5, devices, [float(i) for i in range(150)], [1.0] * 150, 0, 0, False)
+    msg = release_window(cw, cfg.regions["r1"].graph(), cfg.shuffler.params(), WindowCounts(),
+                         privacy_delta=cfg.privacy_delta, rng_factory=lambda: window_rng(seed=7))
     again = WindowMessage.model_validate_json(msg.model_dump_json())
     (b,) = again.batches
     assert b.mechanism == "buds" and b.groups == [(0, 49), (50, 99), (100, 149)]

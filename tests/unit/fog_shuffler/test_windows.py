@@ -3,7 +3,7 @@
 import pytest
 
 from fog_shuffler.ingest import Accepted
-from fog_shuffler.windows import WindowManager
+from fog_shuffler.windows import Outcome, WindowManager
 
 DEVICES = {f"d{i}" for i in range(12)}
 
@@ -32,13 +32,13 @@ def test_early_close_when_every_registered_device_reported():
 
 def test_duplicates_dropped_first_wins_and_late_counted():
     m = wm()
-    assert m.add(rep("d1", 5, y=10.0)) == "accepted"
-    assert m.add(rep("d1", 5, y=99.0)) == "duplicate"
+    assert m.add(rep("d1", 5, y=10.0)) == Outcome.ACCEPTED
+    assert m.add(rep("d1", 5, y=99.0)) == Outcome.DUPLICATE
     for d in ("d2", "d3"):
         m.add(rep(d, 5))
     cw = m.close("r1", 5)
     assert sorted(cw.values) == [1.0, 1.0, 10.0] and cw.duplicates == 1 and not cw.suppressed
-    assert m.add(rep("d4", 5)) == "late" and m.late["r1"] == 1
+    assert m.add(rep("d4", 5)) == Outcome.LATE and m.late["r1"] == 1
 
 
 def test_window_under_k_min_is_suppressed():

@@ -5,7 +5,7 @@ import pytest
 
 from rase_common.amplification import numerical_eps
 from fusion_center.config import FusionConfig
-from rase_common.settings import ConfigError
+from rase_common.errors import ConfigError
 
 
 def test_central_target_sets_the_eps_menu_that_meets_it(tmp_path, monkeypatch):
