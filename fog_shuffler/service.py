@@ -155,7 +155,7 @@ class FogService(Service):
         (the broker keeps reports while the fog is away), manual acks."""
         link = MqttLink(self.cfg.broker, f"fog-{self.cfg.name}",
                         subscriptions=self.subscriptions() if self._source is None else [],
-                        clean_session=False, manual_ack=True, name=f"fog {self.cfg.name}",
+                        clean_session=False, manual_ack=True, name="fog",
                         wakeup=Wakeups(self.arrived, self.outbox_wakeup).set)
         link.on_subscribed = self._on_subscribed
         return link

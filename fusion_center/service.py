@@ -1,70 +1,129 @@
 """The fusion center service: `rase fusion --config configs/fusion.example.toml`.
 
-Windows are validated, stored, and only then acknowledged. A timestamp closes
-when every known region arrived or the merge deadline passed; its aggregate
-is stored once (idempotent on (scope, t)) and then published: retained on
-rase/v1/aggregates/latest and on rase/v1/aggregates/t/{t}. The precision
-requirement is published retained at start and whenever the config file's
-[precision] table changes.
+Wiring only; the rules are pure and tested on their own (merge.TimestampMerger
+and aggregate(), history.EstimateHistory, the protocol models). Four owned
+tasks:
+
+- intake: takes windows from the source (MQTT rase/v1/windows/+ or a Kafka
+  consumer group), validates them as hostile input, stores them (one commit,
+  fsynced, per batch) and only then acknowledges them;
+- closer: a timestamp closes when every known region arrived or its merge
+  deadline passed; its aggregate is estimated (large ones in a worker thread)
+  and stored once (idempotent on (scope, t));
+- publisher (rase_common.outbox): publishes stored aggregates on
+  rase/v1/aggregates/t/{t} and, retained, rase/v1/aggregates/latest, and
+  marks them published once both PUBACKs came; a broker that is down delays
+  publishing, never intake, and never ends the process;
+- control: publishes the control message (retained) at every connect and
+  whenever the config file's [precision] table changes.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+import contextlib
+import json
 import logging
-import sqlite3
 import time
 from pathlib import Path
 
-import paho.mqtt.client as mqtt
 from pydantic import ValidationError
 
-from rase_common.protocol.window import WindowMessage
 from fusion_center.config import FusionConfig
-from fusion_center.estimators import Estimate
-from fusion_center.merge import ESTIMATORS, TimestampMerger, aggregate, history_key
+from fusion_center.history import EstimateHistory
+from fusion_center.merge import TimestampMerger, aggregate
 from fusion_center.metrics import FusionMetrics
-from rase_common.protocol.control import ControlMessage
-from rase_common.protocol.topics import AGGREGATE_LATEST_TOPIC, CONTROL_TOPIC, aggregate_topic
-from fusion_center.sources import KafkaWindowSource, MqttWindowSource, WindowSource
 from fusion_center.store import AggregateStore
-from rase_common.quarantine import Quarantine
-from rase_common.storage import StorageOutage
+from rase_common.channels import Source
 from rase_common.clock import ScaledClock, WallClock
+from rase_common.errors import Backoff, ConfigError, Outage, StorageError, TransportError
+from rase_common.kafka import KafkaSource
 from rase_common.loop import Wakeup
-from rase_common.mqtt import connect_in_background, paho_client
-from rase_common.errors import ConfigError
+from rase_common.mqtt import MqttLink, MqttSource
+from rase_common.outbox import OutboxSender
+from rase_common.protocol import topics
+from rase_common.protocol.window import WindowMessage
+from rase_common.quarantine import Quarantine
+from rase_common.service import Service
 
 log = logging.getLogger(__name__)
 LARGE = 20_000  # estimate in a worker thread above this many reports
+BATCH = 5000
 
 
-class FusionService:
+class FusionService(Service):
+    name = "fusion"
+
     def __init__(self, cfg: FusionConfig, *, config_path: str | Path | None = None, clock=None,
-                 source: WindowSource | None = None, metrics: FusionMetrics | None = None):
+                 source: Source | None = None, metrics: FusionMetrics | None = None):
         self.cfg = cfg
         self.config_path = Path(config_path) if config_path else None
-        self._config_mtime = self.config_path.stat().st_mtime if self.config_path else None
+        self._config_mtime: float | None = None
         self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
         self.metrics = metrics or FusionMetrics()
         self.precision = cfg.precision
-        self.store = AggregateStore(cfg.store_path)
         self.merger = TimestampMerger(set(cfg.regions), cfg.merge_deadline_s)
-        self.client = paho_client(cfg.broker, f"fusion-{cfg.name}", clean_session=False, manual_ack=True)
-        self.client.on_connect = self._on_connect
-        self.wakeup = Wakeup()            # set when a window or a PUBACK arrives: no polling tick
-        self.client.on_publish = lambda *a: self.wakeup.set()
-        self.source = source or (KafkaWindowSource(cfg.kafka, self.wakeup) if cfg.source == "kafka"
-                                 else MqttWindowSource(self.client, wakeup=self.wakeup))
-        self.history: dict[str, dict[int, Estimate]] = defaultdict(dict)   # history_key(kind, name) -> {t: est}
+        self.history = EstimateHistory(tuple(cfg.windows_w))
+        self.arrived, self.due, self.outbox_wakeup, self.control_wakeup = Wakeup(), Wakeup(), Wakeup(), Wakeup()
+        self.storage = Outage("fusion store", log, gauge=self.metrics.storage_ok, backoff=Backoff(cap_s=1.0))
+        self.publishing = Outage("fusion publishing", log)
+        self._source = source
+        self.source: Source | None = None
+        self.link: MqttLink | None = None
+        self.store: AggregateStore | None = None
+        self.quarantine: Quarantine | None = None
+        self.publisher: OutboxSender | None = None
+        self._held: list = []              # taken from the source, not yet stored (storage failing)
+        self._control_sent: tuple | None = None   # (control message, connection) last published
+
+    @property
+    def wakeup(self) -> Wakeup:
+        """A driver moved a manual clock: merge deadlines may have passed."""
+        return self.due
+
+    @property
+    def connected(self) -> bool:
+        return self.link is not None and self.link.connected.is_set()
+
+    # -- start and stop --------------------------------------------------------
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
+        for w in (self.arrived, self.due, self.outbox_wakeup, self.control_wakeup):
+            w.bind()
+        if self.config_path is not None:
+            self._config_mtime = self.config_path.stat().st_mtime
+        self.store = AggregateStore(self.cfg.store_path)
+        stack.callback(self.store.close)
         self.quarantine = Quarantine(self.store.db, self.metrics.rejected, log)
-        self._held: list = []             # taken from the source, not yet stored (storage failing)
-        self.storage = StorageOutage(self.metrics.storage_ok, log, "fusion store", "input")
-        self.connected = False
-        self._control_sent: ControlMessage | None = None
-        self._inflight: dict[tuple[str, int], list[mqtt.MQTTMessageInfo]] = {}
         self._restore()
+        if self.cfg.metrics_port is not None:
+            self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
+        self.link = self.make_link()
+        self.link.start()
+        stack.callback(self.link.stop)
+        self.source = self._source or (KafkaSource(self.cfg.kafka, self.arrived.set) if self.cfg.source == "kafka"
+                                       else MqttSource(self.link))
+        await self.source.start()
+        stack.push_async_callback(self.source.stop)
+        self.publisher = OutboxSender("fusion publishing", unsent=self.store.unpublished, send=self._publish,
+                                      mark_sent=lambda row: self.store.mark_published(row[0], row[1]),
+                                      outage=self.publishing, storage=self.storage, wakeup=self.outbox_wakeup)
+        if self.cfg.central_target is not None:
+            ct = self.cfg.central_target
+            log.info("central target (%g, %g) over windows of %d uniformly shuffled reports: broadcasting eps %.4g "
+                     "per report; devices whose own eps is lower report nothing (no_eps_level)",
+                     ct.eps, ct.delta, ct.devices, self.precision.eps_levels[0])
+
+    def make_link(self) -> MqttLink:
+        subs = [(topics.WINDOWS_FILTER, 1)] if self._source is None and self.cfg.source == "mqtt" else []
+        link = MqttLink(self.cfg.broker, f"fusion-{self.cfg.name}", subscriptions=subs, clean_session=False,
+                        manual_ack=True, name="fusion",
+                        wakeup=lambda: (self.arrived.set(), self.outbox_wakeup.set(), self.control_wakeup.set()))
+        link.on_subscribed = lambda refused: None if refused else log.info("fusion subscribed to %s",
+                                                                          topics.WINDOWS_FILTER)
+        return link
+
+    def tasks(self):
+        return [self._intake(), self._closer(), self.publisher.run(), self._control()]
 
     def _restore(self) -> None:
         n = 0
@@ -72,100 +131,89 @@ class FusionService:
             self.merger.add(WindowMessage.model_validate_json(payload), received)
             n += 1
         wmax = max(self.cfg.windows_w, default=0)
-        for row in self.store.latest("all", wmax) if wmax else []:
-            for name in ESTIMATORS:
-                e = row["estimates"].get(name)   # rows stored before an estimator existed lack it
-                if e is not None:
-                    key = history_key(row.get("mechanism", "br"), name)
-                    self.history[key][row["t"]] = Estimate(e["value"], e["ci"][0], e["ci"][1], e["n"])
+        if wmax:
+            self.history.restore(self.store.latest("all", wmax))
         if n:
             log.info("fusion restored %d stored windows of %d timestamps", n, len(self.merger.pending))
 
-    def _on_connect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
-        if reason_code.is_failure:
-            log.error("fusion connect refused: %s", reason_code)
-            return
-        self.connected = True
-        self._control_sent = None  # (re)publish the retained precision after every connect
-        self.wakeup.set()
-        log.info("fusion connected to %s:%d", self.cfg.broker.host, self.cfg.broker.port)
-
-    # -- precision broadcast ---------------------------------------------------
-    def publish_precision(self) -> None:
-        if not self.connected or self._control_sent == self.precision:
-            return
-        self.client.publish(CONTROL_TOPIC, self.precision.model_dump_json(), qos=1, retain=True)
-        self._control_sent = self.precision
-        log.info("precision broadcast: %s", self.precision.model_dump())
-
-    def check_config_change(self) -> None:
-        if self.config_path is None:
-            return
-        try:
-            mtime = self.config_path.stat().st_mtime
-        except OSError:
-            return
-        if mtime == self._config_mtime:
-            return
-        self._config_mtime = mtime
-        try:
-            new = FusionConfig.load(self.config_path)
-        except ConfigError as err:
-            log.error("config change ignored: %s", err)
-            return
-        if new.precision != self.precision:
-            self.precision = new.precision
-            log.info("precision changed in %s", self.config_path)
-
-    # -- windows -----------------------------------------------------------------
-    async def process_incoming(self) -> int:
-        """Validate and store what arrived; acknowledge only what is stored
-        or quarantined. While the store cannot be written nothing is taken or
-        acknowledged (the broker keeps it) and the write is retried."""
-        if self.storage.wait_s():
-            return 0
-        got = self._held or await self.source.poll(5000)
-        self._held = []
-        now = self.clock.now()
-        for i, r in enumerate(got):
+    # -- intake -------------------------------------------------------------------
+    async def _intake(self) -> None:
+        while True:
+            if self.storage.down:
+                await asyncio.sleep(self.storage.retry_in() or 0)
+            got = self._held or self.source.take(BATCH)
+            self._held = []
+            if not got:
+                await self.arrived.wait(None, self.cfg.tick_s)
+                continue
             try:
-                self._take(r, now)
-            except sqlite3.Error as err:
-                self._held = got[i:]
+                self._take_batch(got)
+                self.storage.recovered()
+            except StorageError as err:
+                self._held = got      # not acknowledged: retried, or redelivered after a restart
                 self.storage.failed(err)
-                return i
+            await asyncio.sleep(0)
+
+    def _take_batch(self, got: list) -> None:
+        """Validate and store a batch of windows; acknowledge only what is
+        stored or quarantined."""
+        now = self.clock.now()
+        valid, invalid = [], []
+        for r in got:
+            try:
+                valid.append((WindowMessage.model_validate_json(r.payload), r))
+            except ValidationError as err:
+                reason = "not_json" if any(e["type"] == "json_invalid" for e in err.errors()) else "schema"
+                invalid.append((reason, str(err).replace("\n", " ")[:500], r))
             except Exception as err:  # noqa: BLE001 - a bug this input triggers must not stop the service
                 log.exception("window could not be processed; quarantined")
-                self.quarantine.put("windows", "internal", repr(err), r.payload, now)
-                r.ack()
-        self.storage.recovered()
-        return len(got)
+                invalid.append(("internal", repr(err), r))
+        fresh = [(w, r) for w, r in valid if not self.store.has_aggregate("all", w.t)]
+        added = self.store.add_windows([(w.region, w.t, w.model_dump_json(), now) for w, _ in fresh])
+        for reason, detail, r in invalid:
+            self.quarantine.put("windows", reason, detail, r.payload, now)
+        self.metrics.late.inc(len(valid) - len(fresh))
+        for (w, _), new in zip(fresh, added):
+            if new:
+                self.merger.add(w, now)
+                self.metrics.consumed.inc()
+            else:
+                self.metrics.duplicates.inc()
+        self.source.ack(got)
+        if fresh:
+            self.due.set()
 
-    def _take(self, r, now: float) -> None:
-        try:
-            w = WindowMessage.model_validate_json(r.payload)
-        except ValidationError as err:
-            reason = "not_json" if any(e["type"] == "json_invalid" for e in err.errors()) else "schema"
-            self.quarantine.put("windows", reason, str(err).replace("\n", " ")[:500], r.payload, now)
-            r.ack()
-            return
-        if self.store.has_aggregate("all", w.t):
-            self.metrics.late.inc()
-        elif self.store.add_window(w.region, w.t, w.model_dump_json(), now):
-            self.merger.add(w, now)
-            self.metrics.consumed.inc()
-        else:
-            self.metrics.duplicates.inc()
-        r.ack()
+    # -- closing ------------------------------------------------------------------
+    async def _closer(self) -> None:
+        while True:
+            if not self.storage.down:
+                try:
+                    await self._close_due()
+                except StorageError as err:
+                    self.storage.failed(err)
+            await self.due.wait(None, self._idle_s())
 
-    def _estimate(self, t: int, windows: list[WindowMessage]):
+    def _idle_s(self) -> float:
+        """Until the next merge deadline, at most tick_s (a manual clock is
+        looked at that often)."""
+        wait = self.cfg.tick_s
+        if self.merger.first_seen:
+            speedup = getattr(self.clock, "speedup", 1.0)
+            left = min(self.merger.first_seen.values()) + self.cfg.merge_deadline_s - self.clock.now()
+            if speedup != float("inf"):
+                wait = max(0.0005, left / speedup)
+        if self.storage.down:
+            wait = min(wait, self.storage.retry_in() or 0.0)
+        return wait
+
+    def _estimate(self, t: int, windows: list[WindowMessage]):  # noqa: ANN202
         t0 = time.perf_counter()
         agg, est = aggregate(t, windows, self.precision, self.merger.known, level=self.cfg.level,
-                             bootstrap_b=self.cfg.bootstrap_b, history=self.history,
+                             bootstrap_b=self.cfg.bootstrap_b, history=self.history.series,
                              windows_w=tuple(self.cfg.windows_w))
         return agg, est, time.perf_counter() - t0
 
-    async def close_due(self) -> int:
+    async def _close_due(self) -> int:
         closed = 0
         for t in self.merger.due(self.clock.now()):
             first = self.merger.first_seen.get(t, self.clock.now())
@@ -187,7 +235,7 @@ class FusionService:
             self.metrics.estimator_seconds.observe(secs)
             try:
                 stored = self.store.store_aggregate("all", t, agg.model_dump_json(), self.clock.now())
-            except sqlite3.Error:
+            except StorageError:
                 for w in windows:                  # they stay pending, and on disk, until it can be stored
                     self.merger.add(w, first)
                 raise
@@ -196,77 +244,54 @@ class FusionService:
                 self.metrics.show_estimates(est)
                 if not agg.complete:
                     self.metrics.incomplete.inc()
-                for name in est:
-                    self.history[history_key(agg.mechanism, name)][t] = est[name]
-                cutoff = t - max(self.cfg.windows_w, default=0)
-                for series in self.history.values():
-                    for old in [k for k in series if k <= cutoff]:
-                        del series[old]
+                self.history.add(agg.mechanism, t, est)
                 self.metrics.lag.observe(max(0.0, (self.clock.now() - first) / getattr(self.clock, "speedup", 1)))
+                self.outbox_wakeup.set()
             closed += 1
         return closed
 
-    def publish_unpublished(self) -> int:
-        """Publish stored aggregates; mark them published once both PUBACKs came."""
-        done = [key for key, infos in self._inflight.items() if all(i.is_published() for i in infos)]
-        for scope, t in done:
-            self.store.mark_published(scope, t)
-            del self._inflight[(scope, t)]
+    # -- publishing ------------------------------------------------------------------
+    async def _publish(self, row: tuple[str, int, str]) -> None:
+        _scope, t, payload = row
         if not self.connected:
-            return len(done)
-        for scope, t, payload in self.store.unpublished():
-            if (scope, t) in self._inflight:
-                continue
-            infos = [self.client.publish(aggregate_topic(t), payload, qos=1),
-                     self.client.publish(AGGREGATE_LATEST_TOPIC, payload, qos=1, retain=True)]
-            if any(i.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN) for i in infos):
-                break
-            self._inflight[(scope, t)] = infos
-        return len(done)
-
-    def _idle_s(self) -> float:
-        """How long the loop may sleep with nothing to do: until the next merge
-        deadline, and at most tick_s (the config file is watched that often)."""
-        wait = self.cfg.tick_s
-        if self.merger.first_seen:
-            speedup = getattr(self.clock, "speedup", 1.0)
-            left = min(self.merger.first_seen.values()) + self.cfg.merge_deadline_s - self.clock.now()
-            if speedup != float("inf"):
-                wait = min(wait, max(0.0005, left / speedup))
-        return wait
-
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        stop = stop or asyncio.Event()
-        if self.cfg.metrics_port is not None:
-            self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
-        connect_in_background(self.client, self.cfg.broker)
-        self.wakeup.bind()
-        await self.source.start()
-        if self.cfg.central_target is not None:
-            ct = self.cfg.central_target
-            log.info("central target (%g, %g) over windows of %d uniformly shuffled reports: broadcasting eps %.4g "
-                     "per report; devices whose own eps is lower report nothing (no_eps_level)",
-                     ct.eps, ct.delta, ct.devices, self.precision.eps_levels[0])
-        last_config_check = 0.0
+            raise TransportError("not connected to the broker")
+        # Both QoS 1 publishes queued at once; marked published once both PUBACKs came.
+        futs = [self.link.publish_nowait(topics.aggregate_topic(t), payload),
+                self.link.publish_nowait(topics.AGGREGATE_LATEST_TOPIC, payload, retain=True)]
         try:
-            while not stop.is_set():
-                self.publish_precision()
+            await asyncio.wait_for(asyncio.gather(*futs), 10.0)
+        except asyncio.TimeoutError:
+            raise TransportError(f"no PUBACK for aggregate t={t} within 10 s") from None
+
+    # -- the control message ------------------------------------------------------------
+    async def _control(self) -> None:
+        while True:
+            self._check_config_change()
+            key = (self.precision, self.link.connects)
+            if self.connected and self._control_sent != key:
                 try:
-                    took = await self.process_incoming()
-                    await self.close_due()
-                    self.publish_unpublished()
-                except sqlite3.Error as err:   # disk full, read-only, I/O error: a state, not a crash
-                    self.storage.failed(err)
-                    took = 0
-                if time.monotonic() - last_config_check > 1.0:
-                    self.check_config_change()
-                    last_config_check = time.monotonic()
-                if not took:
-                    retry_in = self.storage.wait_s()   # while storage fails: until the next write attempt
-                    idle = self._idle_s() if retry_in is None else retry_in
-                    await self.wakeup.wait(stop, idle)
-        finally:
-            await self.source.stop()
-            self.client.disconnect()
-            self.client.loop_stop()
-            self.store.close()
+                    await self.link.publish(topics.CONTROL_TOPIC, self.precision.model_dump_json(), retain=True)
+                    self._control_sent = key
+                    log.info("control message broadcast: %s", json.dumps(self.precision.model_dump()))
+                except TransportError as err:
+                    log.debug("control message not published yet: %s", err)
+            await self.control_wakeup.wait(None, 1.0)
+
+    def _check_config_change(self) -> None:
+        if self.config_path is None:
+            return
+        try:
+            mtime = self.config_path.stat().st_mtime
+        except OSError:
+            return
+        if mtime == self._config_mtime:
+            return
+        self._config_mtime = mtime
+        try:
+            new = FusionConfig.load(self.config_path)
+        except ConfigError as err:
+            log.error("config change ignored: %s", err)
+            return
+        if new.precision != self.precision:
+            self.precision = new.precision
+            log.info("precision changed in %s", self.config_path)

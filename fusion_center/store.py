@@ -1,4 +1,5 @@
-"""Durable state of the fusion center (SQLite, WAL).
+"""Durable state of the fusion center (SQLite, WAL, synchronous=FULL: a
+stored aggregate and a stored window survive a power cut).
 
 - `windows`: every valid window received, stored before it is acknowledged.
 - `aggregates`: one row per (scope, t), inserted once (idempotent), with a
@@ -11,7 +12,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from rase_common.sqlite import open_wal
+from rase_common.sqlite import open_wal, storage_errors
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS windows (region TEXT, t INTEGER, payload TEXT, received REAL,
@@ -37,23 +38,35 @@ class AggregateStore:
         self.db.close()
 
     def add_window(self, region: str, t: int, payload: str, received: float) -> bool:
-        cur = self.db.execute("INSERT OR IGNORE INTO windows VALUES (?,?,?,?)", (region, t, payload, received))
-        return cur.rowcount == 1
+        with storage_errors("fusion store"):
+            cur = self.db.execute("INSERT OR IGNORE INTO windows VALUES (?,?,?,?)", (region, t, payload, received))
+            return cur.rowcount == 1
+
+    def add_windows(self, rows: list[tuple[str, int, str, float]]) -> list[bool]:
+        """add_window for a batch, in one transaction (one fsync); per row,
+        whether it was new."""
+        with storage_errors("fusion store"), self.db:
+            self.db.execute("BEGIN")
+            return [self.db.execute("INSERT OR IGNORE INTO windows VALUES (?,?,?,?)", row).rowcount == 1
+                    for row in rows]
 
     def pending_windows(self) -> list[tuple[str, int, str, float]]:
-        return self.db.execute("SELECT region, t, payload, received FROM windows ORDER BY t, region").fetchall()
+        with storage_errors("fusion store"):
+            return self.db.execute("SELECT region, t, payload, received FROM windows ORDER BY t, region").fetchall()
 
     def drop_windows(self, t: int) -> None:
         """Forget the stored windows of t (quarantined: they cannot be estimated)."""
-        self.db.execute("DELETE FROM windows WHERE t=?", (t,))
+        with storage_errors("fusion store"):
+            self.db.execute("DELETE FROM windows WHERE t=?", (t,))
 
     def has_aggregate(self, scope: str, t: int) -> bool:
-        return self.db.execute("SELECT 1 FROM aggregates WHERE scope=? AND t=?", (scope, t)).fetchone() is not None
+        with storage_errors("fusion store"):
+            return self.db.execute("SELECT 1 FROM aggregates WHERE scope=? AND t=?", (scope, t)).fetchone() is not None
 
     def store_aggregate(self, scope: str, t: int, payload: str, created: float) -> bool:
         """Insert the aggregate and drop its windows in one transaction;
         False if (scope, t) was already stored."""
-        with self.db:
+        with storage_errors("fusion store"), self.db:
             self.db.execute("BEGIN")
             cur = self.db.execute("INSERT OR IGNORE INTO aggregates (scope, t, payload, created) VALUES (?,?,?,?)",
                                   (scope, t, payload, created))
@@ -61,10 +74,12 @@ class AggregateStore:
             return cur.rowcount == 1
 
     def unpublished(self) -> list[tuple[str, int, str]]:
-        return self.db.execute("SELECT scope, t, payload FROM aggregates WHERE published=0 ORDER BY t").fetchall()
+        with storage_errors("fusion store"):
+            return self.db.execute("SELECT scope, t, payload FROM aggregates WHERE published=0 ORDER BY t").fetchall()
 
     def mark_published(self, scope: str, t: int) -> None:
-        self.db.execute("UPDATE aggregates SET published=1 WHERE scope=? AND t=?", (scope, t))
+        with storage_errors("fusion store"):
+            self.db.execute("UPDATE aggregates SET published=1 WHERE scope=? AND t=?", (scope, t))
 
     def recent(self, scope: str, t_from: int, t_to: int) -> list[dict]:
         rows = self.db.execute("SELECT payload FROM aggregates WHERE scope=? AND t BETWEEN ? AND ? ORDER BY t",

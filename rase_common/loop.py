@@ -30,10 +30,16 @@ class Wakeup:
         self._pending = False       # one scheduled wake-up at a time, however many set() calls
 
     def bind(self) -> None:
-        """Attach to the running loop (call from inside it, before waiting)."""
-        self._loop = asyncio.get_running_loop()
+        """Attach to the running loop (call from inside it, before waiting).
+        Binding again on the same loop keeps the event: a set() already
+        scheduled for it must not be lost."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop and self._event is not None:
+            return
+        self._loop = loop
         self._event = asyncio.Event()
         self._thread = threading.get_ident()
+        self._pending = False
 
     def set(self) -> None:
         if self._pending or self._loop is None:
@@ -43,9 +49,12 @@ class Wakeup:
             self._event.set()
             return
         try:
-            self._loop.call_soon_threadsafe(self._event.set)
+            self._loop.call_soon_threadsafe(self._set_now)
         except RuntimeError:
             pass  # the loop has closed: the service is stopping
+
+    def _set_now(self) -> None:
+        self._event.set()
 
     async def wait(self, stop: asyncio.Event | None = None, timeout_s: float | None = None) -> bool:
         """Until set(), `stop` (if given) or timeout_s (None: no timeout);

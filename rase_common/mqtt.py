@@ -267,6 +267,7 @@ class MqttLink:
         self.connected = threading.Event()
         self.subscribed = threading.Event()
         self.refused: list[str] = []
+        self.connects = 0                 # successful connections so far (a new one: republish retained state)
         self.on_subscribed: Callable[[list[str]], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
@@ -308,6 +309,7 @@ class MqttLink:
         if reason_code.is_failure:
             log.error("%s: the broker refused the connection: %s", self.name, reason_code)
             return
+        self.connects += 1
         self.connected.set()
         self.subscribed.clear()
         log.info("%s connected to %s:%d (session present: %s)", self.name, self.broker.host, self.broker.port,

@@ -164,8 +164,12 @@ def run_fleet(cfgs: list, readings: list[np.ndarray], t0: int, n_t: int, epoch0:
     tables = [ReadingTable(r, t0) for r in readings]
     transport.start()
     try:
-        if not transport.control_applied.wait(60):
-            raise RuntimeError("the simulated devices did not receive the precision broadcast within 60 s")
+        deadline = time.monotonic() + 60
+        while not transport.control_applied.wait(0.1):       # watching the driver meanwhile
+            if abandoned():
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the simulated devices did not receive the precision broadcast within 60 s")
         gate.control.set()
         reports = 0
         for i in range(n_t):

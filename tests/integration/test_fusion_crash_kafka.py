@@ -8,8 +8,7 @@ import signal
 import pytest
 
 from rase_common.protocol.window import WindowMessage
-from fog_shuffler.sinks import KafkaWindowSink
-from rase_common.kafka import KafkaConfig
+from rase_common.kafka import KafkaConfig, KafkaSink
 from tests.integration.test_fusion_crash import assert_each_window_aggregated_once, start, stored, wait_log, wait_stored
 
 pytestmark = pytest.mark.integration
@@ -45,10 +44,10 @@ group_id = "crash"
     proc = start(cfg, log)
 
     async def produce(ts, kill_at=None):
-        sink = KafkaWindowSink(kafka)
+        sink = KafkaSink(kafka)
         killed = False
         for t in ts:
-            await sink.send("r1", t, window(t))
+            await sink.send("r1", window(t))
             if kill_at is not None and not killed and len(stored(db)) >= kill_at:
                 proc.send_signal(signal.SIGKILL)   # mid-stream, records fetched but not all stored
                 proc.wait(10)

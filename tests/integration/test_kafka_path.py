@@ -15,13 +15,12 @@ from edge_agent.service import AgentService
 from fog_shuffler.config import FogConfig
 from fog_shuffler.service import FogService
 from rase_common.protocol.window import WindowMessage
-from fog_shuffler.sinks import KafkaWindowSink, SinkError
 from fusion_center.config import FusionConfig
 from rase_common.protocol.aggregate import Aggregate
 from fusion_center.service import FusionService
-from fusion_center.sources import KafkaWindowSource
 from rase_common.clock import ScaledClock
-from rase_common.kafka import KafkaConfig
+from rase_common.errors import TransportError
+from rase_common.kafka import KafkaConfig, KafkaSink, KafkaSource
 from simulators.refit import RefitColumnSource, bundled_dir, epoch0_of, load_house
 from simulators.brokers import free_port
 from tests.mqtt_helpers import Recorder, ServiceThread
@@ -79,14 +78,24 @@ def _pipeline_through_kafka(mosquitto, tansu, tmp_path, name, during=None):
     return by_t, aggs
 
 
+async def take(src: KafkaSource, max_items: int, timeout_s: float) -> list:
+    """What the source has fetched within timeout_s (its fetcher runs in the background)."""
+    deadline = time.monotonic() + timeout_s
+    got = src.take(max_items)
+    while not got and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        got = src.take(max_items)
+    return got
+
+
 def kafka_windows(bootstrap: str) -> dict[tuple[str, int], WindowMessage]:
     """Every window the fog put on the topic, read back by an audit consumer group."""
     async def read():
-        src = KafkaWindowSource(KafkaConfig(bootstrap_servers=bootstrap, group_id=f"audit-{time.monotonic_ns()}"))
+        src = KafkaSource(KafkaConfig(bootstrap_servers=bootstrap, group_id=f"audit-{time.monotonic_ns()}"))
         await src.start()
         out, idle = {}, 0
         while idle < 3:
-            got = await src.poll(10_000, timeout_s=2.0)
+            got = await take(src, 10_000, 2.0)
             idle = 0 if got else idle + 1
             for r in got:
                 w = WindowMessage.model_validate_json(r.payload)
@@ -135,24 +144,24 @@ def test_kafka_source_commits_only_what_was_acked(tansu):
     cfg = KafkaConfig(bootstrap_servers=tansu.bootstrap, idempotent=False, group_id="acks", topic="acks.test")
 
     async def scenario():
-        sink = KafkaWindowSink(cfg)
+        sink = KafkaSink(cfg)
         for t in range(6):
-            await sink.send("r1", t, json.dumps({"t": t}))
+            await sink.send("r1", json.dumps({"t": t}))
         await sink.stop()
-        first = KafkaWindowSource(cfg)
+        first = KafkaSource(cfg)
         await first.start()
         got = []
         while len(got) < 6:
-            got += await first.poll(100, timeout_s=2.0)
-        for r in got[:4]:
-            r.ack()
+            got += await take(first, 100, 2.0)
+        first.ack(got[:4])
         await first.commit()
+        first._fetcher.cancel()
         first.consumer and await first.consumer.stop()  # a crash: no final commit of anything else
-        second = KafkaWindowSource(cfg)
+        second = KafkaSource(cfg)
         await second.start()
         again = []
         for _ in range(10):
-            again += await second.poll(100, timeout_s=1.0)
+            again += await take(second, 100, 1.0)
             if len(again) >= 2:
                 break
         await second.stop()
@@ -165,13 +174,13 @@ def test_kafka_sink_reports_an_unreachable_broker_as_retriable():
     cfg = KafkaConfig(bootstrap_servers=f"127.0.0.1:{free_port()}", request_timeout_s=1.0)
 
     async def scenario():
-        sink = KafkaWindowSink(cfg)
+        sink = KafkaSink(cfg)
         try:
-            await sink.send("r1", 1, "{}")
+            await sink.send("r1", "{}")
         finally:
             await sink.stop()
 
-    with pytest.raises(SinkError) as err:
+    with pytest.raises(TransportError) as err:
         asyncio.run(scenario())
     assert err.value.retriable and "unreachable" in str(err.value)
 

@@ -49,3 +49,25 @@ def test_seconds_to_next_period_table():
     c = ScaledClock(1003.0, 4.0)   # 5 simulated s to the boundary at 1008 = 1.25 wall s, capped at 1
     assert seconds_to_next_period(c, 0.0, 8.0, cap_s=10.0) <= 1.25
     assert seconds_to_next_period(ManualClock(5.0), 0.0, 8.0) == 1.0
+
+
+def test_binding_again_keeps_a_wakeup_set_from_another_thread():
+    """A set() from another thread between two bind() calls on the same loop
+    is not lost (a task that binds as it starts must still be woken)."""
+    import asyncio
+    import threading
+
+    from rase_common.loop import Wakeup
+
+    async def scenario() -> bool:
+        w = Wakeup()
+        w.bind()
+        t = threading.Thread(target=w.set)
+        t.start()
+        t.join()
+        w.bind()                       # e.g. the waiting task binds on start
+        await asyncio.wait_for(w.wait(None, None), 1.0)    # woken by that set(), not a timeout
+        w.set()                        # and later set()s still wake it
+        return await asyncio.wait_for(w.wait(None, None), 1.0) is False
+
+    assert asyncio.run(scenario())
