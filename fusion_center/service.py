@@ -91,6 +91,7 @@ class FusionService:
 
     # -- precision broadcast ---------------------------------------------------
     def publish_precision(self) -> None:
+        self.metrics.period.set(self.precision.period_s)
         if not self.connected or self._control_sent == self.precision:
             return
         self.client.publish(CONTROL_TOPIC, self.precision.model_dump_json(), qos=1, retain=True)
@@ -192,7 +193,7 @@ class FusionService:
                 raise
             if stored:
                 self.metrics.closed.inc()
-                self.metrics.show_estimates(est)
+                self.metrics.show_aggregate(agg, est)
                 if not agg.complete:
                     self.metrics.incomplete.inc()
                 for name in est:
