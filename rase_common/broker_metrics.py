@@ -85,7 +85,9 @@ class BrokerMetrics:
         self._values: dict[str, float] = {}
         self._version: str | None = None
         self._connected = False
-        self._last_update: float | None = None
+        # The bridge's start until the first $SYS message: a broker that never sends one (sys_interval 0,
+        # or an ACL without $SYS) goes stale, and alerts, like one that stopped.
+        self._last_update = time.time()
         self._unparsed: set[str] = set()
         self.registry = registry or CollectorRegistry()
         self.registry.register(self)
@@ -127,14 +129,12 @@ class BrokerMetrics:
         yield from self._families(values, version, connected, last)
 
     @staticmethod
-    def _families(values: dict[str, float], version: str | None, connected: bool,
-                  last: float | None) -> Iterator[Metric]:
+    def _families(values: dict[str, float], version: str | None, connected: bool, last: float) -> Iterator[Metric]:
         yield GaugeMetricFamily("rase_broker_connected", "1 while this bridge is connected to the broker",
                                 value=1.0 if connected else 0.0)
-        if last is not None:
-            yield GaugeMetricFamily("rase_broker_last_sys_message_timestamp_seconds",
-                                    "Unix time of the newest $SYS message (the broker sends them every sys_interval)",
-                                    value=last)
+        yield GaugeMetricFamily("rase_broker_last_sys_message_timestamp_seconds",
+                                "Unix time of the newest $SYS message (the broker sends them every sys_interval; "
+                                "the bridge's start until the first)", value=last)
         if version is not None:
             info = GaugeMetricFamily("rase_broker_info", "The broker's version string", labels=["version"])
             info.add_metric([version], 1.0)
@@ -170,6 +170,7 @@ class BrokerMetricsBridge:
         self.client.on_disconnect = self._on_disconnect
         self.client.on_subscribe = self._on_subscribe
         self.client.on_message = lambda c, u, msg: self.metrics.update(msg.topic, msg.payload)
+        self._stopping = False
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
         if reason_code.is_failure:
@@ -186,7 +187,8 @@ class BrokerMetricsBridge:
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
         self.metrics.set_connected(False)
-        log.warning("broker metrics: disconnected from the broker (%s); reconnecting", reason_code)
+        if not self._stopping:
+            log.warning("broker metrics: disconnected from the broker (%s); reconnecting", reason_code)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -196,5 +198,6 @@ class BrokerMetricsBridge:
         try:
             await stop.wait()
         finally:
+            self._stopping = True
             self.client.disconnect()
             self.client.loop_stop()

@@ -13,10 +13,8 @@ import pytest
 import yaml
 
 from fog_shuffler.config import FogConfig
-from fog_shuffler.metrics import FogMetrics
 from fusion_center.config import FusionConfig
-from fusion_center.metrics import FusionMetrics
-from rase_common.broker_metrics import BrokerMetrics
+from tests.metric_names import exported_metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_MODELS = {"fog-r1": FogConfig, "fog-r2": FogConfig, "fusion": FusionConfig}
@@ -94,11 +92,7 @@ def test_dashboard_queries_only_exported_metrics():
     dash = json.loads((ROOT / "configs/grafana/dashboards/rase.json").read_text())
     ds = yaml.safe_load((ROOT / "configs/grafana/provisioning/datasources/prometheus.yml").read_text())
     uid = ds["datasources"][0]["uid"]
-    exported = set()
-    families = [f for m in (FogMetrics(), FusionMetrics()) for f in m.registry.collect()]
-    for family in families + list(BrokerMetrics().describe()):   # the $SYS bridge: every family it may export
-        suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}.get(family.type, ("",))
-        exported.update(family.name + sfx for sfx in suffixes)
+    exported = exported_metric_names()
     used = set()
     for panel in dash["panels"]:
         assert panel["datasource"]["uid"] == uid
