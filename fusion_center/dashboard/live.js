@@ -71,6 +71,9 @@ function whenText(p) {
   return p.wall === null ? "-" : new Date(p.wall * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC";
 }
 
+// Whole steps of t for the axis (uPlot's default includes fractions).
+const T_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
+
 function utcClock(unix) {
   return new Date(unix * 1000).toISOString().slice(11, 19);
 }
@@ -79,6 +82,7 @@ function makeChart(el, series, unit) {
   const blue = "#1f5fa8";
   return new uPlot({
     width: Math.max(400, el.clientWidth || 900), height: 380,
+    padding: [null, 48, null, null],      // room for the last x label
     scales: {x: {time: series.axis === "time"}},
     series: [
       {label: series.axis === "time" ? "time" : "t"},
@@ -89,7 +93,8 @@ function makeChart(el, series, unit) {
     bands: [{series: [3, 2], fill: "rgba(31,95,168,0.15)"}],
     axes: [series.axis === "time"
              ? {label: "time (UTC)", space: 90, values: function (u, splits) { return splits.map(utcClock); }}
-             : {label: "logical timestamp t"},
+             : {label: "logical timestamp t", space: 90, incrs: T_STEPS,
+                values: function (u, splits) { return splits.map(function (v) { return String(Math.round(v)); }); }},
            {label: unit, size: 70}],
   }, series.columns(), el);
 }
@@ -124,10 +129,12 @@ function start(cfg, password) {
   if (cfg.username) { opts.username = cfg.username; opts.password = password; }
   const client = mqtt.connect(cfg.ws_url, opts);
   client.on("connect", function () {
-    setStatus("connected", "connected to " + cfg.ws_url + "; waiting for aggregates on " + cfg.topic);
+    setStatus("connected", "connected to " + cfg.ws_url + "; subscribing to " + cfg.topic);
     client.subscribe(cfg.topic, {qos: 1}, function (err, granted) {
       if (err || (granted && granted.some(function (g) { return g.qos === 128; }))) {
         setStatus("error", "the broker refused the subscription to " + cfg.topic + " (its ACL)");
+      } else if (lastPoint === null) {
+        setStatus("subscribed", "connected to " + cfg.ws_url + "; waiting for aggregates on " + cfg.topic);
       }
     });
   });
