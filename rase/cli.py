@@ -105,7 +105,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         page = PageConfig(ws_url=args.mqtt_ws, topic=args.topic, username=args.username, max_points=args.points)
         server = make_server(page, args.host, args.port)
     except ValidationError as err:
-        print(f"rase dashboard: {err.errors()[0]['loc'][0]}: {err.errors()[0]['msg']}", file=sys.stderr)
+        options = {"ws_url": "--mqtt-ws", "topic": "--topic", "username": "--username", "max_points": "--points"}
+        for e in err.errors():
+            print(f"rase dashboard: {options.get(str(e['loc'][0]), e['loc'][0])}: "
+                  f"{e['msg'].removeprefix('Value error, ')}", file=sys.stderr)
         return 2
     except (FileNotFoundError, OSError) as err:
         print(f"rase dashboard: {err}", file=sys.stderr)
