@@ -9,16 +9,22 @@ holds one device, so each of its windows is under k_min and suppressed."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import shutil
 import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlencode
+
+import yaml
 
 from edge_agent.config import AgentConfig
 from edge_agent.service import AgentService
-from tests.brokers import Mosquitto, free_port, wait_port
+from tests.brokers import BrokerProcess, Mosquitto, free_port, wait_port
 from tests.mqtt_helpers import ServiceThread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +59,6 @@ def metrics_text(port: int) -> str:
 
 
 def _rase(stack: Stack, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-    import os
-
     log = open(stack.work / f"{name}.log", "ab")
     stack.procs[name] = subprocess.Popen([sys.executable, "-m", "rase.cli", *args], stdout=log,
                                          stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {})})
@@ -158,15 +162,11 @@ def wait_until(pred, timeout_s: float, stack: Stack | None = None, what: str = "
     raise AssertionError(f"not reached in {timeout_s:.0f} s: {what}\n" + (stack.logs() if stack else ""))
 
 
-class Prometheus:
+class Prometheus(BrokerProcess):
     """Debian's Prometheus on a free loopback port with a generated scrape
     config (every second) and the shipped alert rules."""
 
     def __init__(self, work: Path, jobs: dict[str, list[int]], rules: Path = ROOT / "configs/prometheus/rules.yml"):
-        import shutil
-
-        import yaml
-
         exe = shutil.which("prometheus")
         assert exe, "prometheus is not installed: run `make test` (it installs Debian's prometheus)"
         self.work = Path(work)
@@ -184,6 +184,12 @@ class Prometheus:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "Prometheus":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:  # noqa: ANN002
+        self.stop()
+
+    def start(self) -> "Prometheus":
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
@@ -196,25 +202,13 @@ class Prometheus:
             except OSError:
                 pass
             time.sleep(0.2)
-        self.__exit__()
+        self.stop()
         raise RuntimeError(f"prometheus did not become ready:\n{self.log()}")
-
-    def __exit__(self, *exc) -> None:  # noqa: ANN002
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else "(no prometheus log)"
 
     def api(self, path: str, **params: str) -> dict:
-        import json
-        from urllib.parse import urlencode
-
         url = f"http://127.0.0.1:{self.port}/api/v1/{path}" + (f"?{urlencode(params)}" if params else "")
         body = json.loads(urllib.request.urlopen(url, timeout=10).read())
         assert body["status"] == "success", body
