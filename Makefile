@@ -31,16 +31,16 @@ mosquitto:
 # Debian packages the observability tests use: a real Prometheus (its package
 # brings promtool) and headless Chromium for the live page (docs/observability.md).
 observe-tools:
-	@missing=""; \
-	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
-	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
-	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing$$missing with apt"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-	    --no-install-recommends $$(echo $$missing | tr ' ' '\n' | sort -u) >/dev/null; \
-	fi
+	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); updated=""; \
+	for pkg in prometheus:promtool chromium:chromium; do \
+	  name=$${pkg%%:*}; tool=$${pkg#*:}; \
+	  if ! command -v $$name >/dev/null 2>&1 || ! command -v $$tool >/dev/null 2>&1; then \
+	    echo "installing $$name with apt"; \
+	    [ -n "$$updated" ] || { $$SUDO apt-get update -qq; updated=1; }; \
+	    recommends=$$( [ $$name = prometheus ] && echo --no-install-recommends ); \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$recommends $$name >/dev/null; \
+	  fi; \
+	done
 
 # The live page's browser libraries (`rase dashboard`), from npm at pinned
 # versions; their browser bundles are copied next to the page (git-ignored),
