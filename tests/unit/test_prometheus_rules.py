@@ -81,3 +81,13 @@ def test_compose_mounts_the_rules_where_the_config_reads_them():
     host, port = target.split(":")
     assert host in compose["services"] and int(port) == BrokerMetricsConfig().metrics_port
     assert compose["services"][host]["command"][0] == "broker-metrics"
+
+
+def test_compose_broker_metrics_environment_loads(monkeypatch):
+    from rase_common.broker_metrics import BrokerMetricsConfig
+
+    svc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["broker-metrics"]
+    for key, value in svc["environment"].items():
+        monkeypatch.setenv(key, re.sub(r"\$\{[^}]+\}", "secret", str(value)))
+    cfg = BrokerMetricsConfig.load(None)
+    assert (cfg.broker.host, cfg.broker.username, cfg.metrics_host) == ("mosquitto", "broker-metrics", "0.0.0.0")
