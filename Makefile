@@ -6,7 +6,7 @@ MPY_PKG := @micropython/micropython-webassembly-pyscript@1.27.0
 MPY_DIR := .tools/micropython
 MPY_MJS := $(MPY_DIR)/node_modules/@micropython/micropython-webassembly-pyscript/micropython.mjs
 
-.PHONY: demo test venv deps-test mosquitto micropython umqtt stubs bench clean
+.PHONY: demo test venv deps-test mosquitto observe-tools dashboard micropython umqtt stubs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,39 @@ mosquitto:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+# Debian packages the observability tests use: a real Prometheus (its package
+# brings promtool) and headless Chromium for the live page (docs/observability.md).
+observe-tools:
+	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); updated=""; \
+	for pkg in prometheus:promtool chromium:chromium; do \
+	  name=$${pkg%%:*}; tool=$${pkg#*:}; \
+	  if ! command -v $$name >/dev/null 2>&1 || ! command -v $$tool >/dev/null 2>&1; then \
+	    echo "installing $$name with apt"; \
+	    [ -n "$$updated" ] || { $$SUDO apt-get update -qq; updated=1; }; \
+	    recommends=$$( [ $$name = prometheus ] && echo --no-install-recommends ); \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$recommends $$name >/dev/null; \
+	  fi; \
+	done
+
+# The live page's browser libraries (`rase dashboard`), from npm at pinned
+# versions; their browser bundles are copied next to the page (git-ignored),
+# so the browser never fetches anything from the internet.
+DASH_NPM := .tools/dashboard
+DASH_VENDOR := fusion_center/dashboard/vendor
+MQTT_JS := mqtt@5.16.0
+UPLOT_JS := uplot@1.6.32
+$(DASH_VENDOR)/.installed: Makefile
+	mkdir -p $(DASH_NPM) $(DASH_VENDOR)
+	npm install --prefix $(DASH_NPM) --no-audit --no-fund --silent $(MQTT_JS) $(UPLOT_JS)
+	cp $(DASH_NPM)/node_modules/mqtt/dist/mqtt.min.js $(DASH_VENDOR)/
+	cp $(DASH_NPM)/node_modules/mqtt/LICENSE.md $(DASH_VENDOR)/mqtt.LICENSE.md
+	cp $(DASH_NPM)/node_modules/uplot/dist/uPlot.iife.min.js $(DASH_NPM)/node_modules/uplot/dist/uPlot.min.css \
+	  $(DASH_VENDOR)/
+	cp $(DASH_NPM)/node_modules/uplot/LICENSE $(DASH_VENDOR)/uplot.LICENSE
+	touch $@
+
+dashboard: $(DASH_VENDOR)/.installed
 
 $(MPY_MJS):
 	mkdir -p $(MPY_DIR)
@@ -53,7 +86,7 @@ STDLIB_STUBS_VERSION := 1.29.0.post2
 
 stubs: .tools/stubs/esp32/.installed .tools/stubs/rp2/.installed
 
-deps-test: venv mosquitto micropython umqtt stubs
+deps-test: venv mosquitto observe-tools dashboard micropython umqtt stubs
 
 # pytest exits 5 when it ran no test; that must fail the build, and it does
 # because make fails on any non-zero exit.

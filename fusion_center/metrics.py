@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 
@@ -20,6 +22,18 @@ class FusionMetrics:
         self.late = Counter("rase_fusion_windows_late", "Windows for a timestamp already closed", registry=r)
         self.estimate = Gauge("rase_fusion_estimate", "Newest aggregate: each estimator's value and interval "
                               "bounds (bound = value, lo, hi)", ["estimator", "bound"], registry=r)
+        # A scrape sees only the newest t of rase_fusion_estimate; each t stays in the windowed average
+        # for w periods, so a scrape every few periods misses no timestamp (docs/observability.md).
+        self.windowed = Gauge("rase_fusion_windowed_estimate", "Newest windowed average Win(t, w) of each "
+                              "estimator over the last w timestamps: value and interval bounds (bound = value, lo, "
+                              "hi), and how many of the w were present (bound = present)",
+                              ["estimator", "w", "bound"], registry=r)
+        self.newest_t = Gauge("rase_fusion_newest_t", "Logical timestamp t of the newest aggregate", registry=r)
+        self.last_aggregate = Gauge("rase_fusion_last_aggregate_timestamp_seconds", "Unix time the newest "
+                                    "aggregate was stored (the start time until there is one)", registry=r)
+        self.last_aggregate.set(time.time())
+        self.period = Gauge("rase_fusion_period_seconds", "period_s of the precision broadcast: one logical "
+                            "timestamp, simulated seconds", registry=r)
         self.closed = Counter("rase_fusion_timestamps_closed", "Timestamps estimated and stored", registry=r)
         self.incomplete = Counter("rase_fusion_timestamps_incomplete",
                                   "Timestamps closed by the deadline without every region", registry=r)
@@ -31,8 +45,16 @@ class FusionMetrics:
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         start_http_server(port, addr=host, registry=self.registry)
 
-    def show_estimates(self, estimates: dict) -> None:
-        """The newest aggregate's estimates, for dashboards."""
+    def show_aggregate(self, agg, estimates: dict) -> None:  # noqa: ANN001 - fusion_center.schema.Aggregate
+        """The newest stored aggregate (agg) and its estimates, for dashboards and alerts."""
         for name, e in estimates.items():
             for bound, v in (("value", e.value), ("lo", e.lo), ("hi", e.hi)):
                 self.estimate.labels(name, bound).set(v)
+        for w, per in agg.windowed.items():
+            for name, win in per.items():
+                self.windowed.labels(name, w, "present").set(win.present)
+                if win.value is not None and win.ci is not None:
+                    for bound, v in (("value", win.value), ("lo", win.ci[0]), ("hi", win.ci[1])):
+                        self.windowed.labels(name, w, bound).set(v)
+        self.newest_t.set(agg.t)
+        self.last_aggregate.set(time.time())

@@ -241,7 +241,7 @@ class FusionService(Service):
                 raise
             if stored:
                 self.metrics.closed.inc()
-                self.metrics.show_estimates(est)
+                self.metrics.show_aggregate(agg, est)
                 if not agg.complete:
                     self.metrics.incomplete.inc()
                 self.history.add(agg.mechanism, t, est)
@@ -267,6 +267,7 @@ class FusionService(Service):
     async def _control(self) -> None:
         while True:
             self._check_config_change()
+            self.metrics.period.set(self.precision.period_s)
             key = (self.precision, self.link.connects)
             if self.connected and self._control_sent != key:
                 try:

@@ -100,6 +100,39 @@ def cmd_fusion(args: argparse.Namespace) -> int:
     return _run_until_interrupted(FusionService(FusionConfig.load(args.config), config_path=args.config).run())
 
 
+def cmd_broker_metrics(args: argparse.Namespace) -> int:
+    from rase_common.broker_metrics import BrokerMetricsBridge, BrokerMetricsConfig
+
+    return _run_until_interrupted(BrokerMetricsBridge(BrokerMetricsConfig.load(args.config)).run())
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from fusion_center.live_page import PageConfig, make_server
+    from pydantic import ValidationError
+
+    try:
+        page = PageConfig(ws_url=args.mqtt_ws, topic=args.topic, username=args.username, max_points=args.points)
+        server = make_server(page, args.host, args.port)
+    except ValidationError as err:
+        options = {"ws_url": "--mqtt-ws", "topic": "--topic", "username": "--username", "max_points": "--points"}
+        for e in err.errors():
+            print(f"rase dashboard: {options.get(str(e['loc'][0]), e['loc'][0])}: "
+                  f"{e['msg'].removeprefix('Value error, ')}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, OSError) as err:
+        print(f"rase dashboard: {err}", file=sys.stderr)
+        return 1
+    print(f"live page on http://{args.host}:{server.server_address[1]}/ (broker {args.mqtt_ws}, {args.topic})",
+          flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     import json
 
@@ -449,6 +482,27 @@ def build_parser() -> argparse.ArgumentParser:
     fu = sub.add_parser("fusion", help="run the fusion center")
     fu.add_argument("--config", required=True, type=Path)
     fu.set_defaults(func=cmd_fusion)
+
+    bm = sub.add_parser("broker-metrics", help="serve Mosquitto's $SYS topics as Prometheus metrics",
+                        description="Subscribe to the broker's $SYS/# and serve its clients, messages, store and "
+                                    "heap as rase_broker_... metrics (docs/observability.md).")
+    bm.add_argument("--config", type=Path, help="TOML (configs/broker-metrics.example.toml); default: "
+                    "RASE_BROKER_METRICS_... environment and built-in defaults")
+    bm.set_defaults(func=cmd_broker_metrics)
+
+    db = sub.add_parser("dashboard", help="serve the live page: the mean and its interval over MQTT-over-WebSockets",
+                        description="Serve a page that subscribes, from the browser, to the aggregates over the "
+                                    "broker's WebSockets listener and plots the mean with its 95%% interval band. "
+                                    "Needs `make dashboard` once (the page's libraries, from npm).")
+    db.add_argument("--mqtt-ws", default="ws://127.0.0.1:9001",
+                    help="the broker's MQTT-over-WebSockets URL as the browser reaches it (default %(default)s)")
+    db.add_argument("--topic", default="rase/v1/aggregates/#", help="topic filter (default %(default)s)")
+    db.add_argument("--username", help="broker user the page logs in as (it asks for the password)")
+    db.add_argument("--host", default="127.0.0.1", help="address to serve the page on (default %(default)s)")
+    db.add_argument("--port", type=int, default=8080, help="port to serve the page on; 0 picks a free one "
+                    "(default %(default)s)")
+    db.add_argument("--points", type=int, default=500, help="points kept on the plot (default %(default)s)")
+    db.set_defaults(func=cmd_dashboard)
 
     q = sub.add_parser("query", help="read stored aggregates")
     q.add_argument("--from", dest="t_from", type=int, required=True, help="first logical timestamp")

@@ -13,9 +13,8 @@ import pytest
 import yaml
 
 from fog_shuffler.config import FogConfig
-from fog_shuffler.metrics import FogMetrics
 from fusion_center.config import FusionConfig
-from fusion_center.metrics import FusionMetrics
+from tests.metric_names import exported_metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_MODELS = {"fog-r1": FogConfig, "fog-r2": FogConfig, "fusion": FusionConfig}
@@ -29,7 +28,8 @@ def compose():
 def test_docker_compose_accepts_the_file():
     exe = shutil.which("docker-compose")
     assert exe, "docker-compose is not installed: run `make test` (it installs Debian's docker-compose)"
-    env = {"RASE_FOG_PASSWORD": "x", "RASE_FUSION_PASSWORD": "y", "PATH": "/usr/bin:/bin"}
+    env = {"RASE_FOG_PASSWORD": "x", "RASE_FUSION_PASSWORD": "y", "RASE_BROKER_METRICS_PASSWORD": "z",
+           "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([exe, "-f", str(ROOT / "docker-compose.yml"), "config", "--quiet"], capture_output=True,
                           text=True, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
@@ -92,11 +92,7 @@ def test_dashboard_queries_only_exported_metrics():
     dash = json.loads((ROOT / "configs/grafana/dashboards/rase.json").read_text())
     ds = yaml.safe_load((ROOT / "configs/grafana/provisioning/datasources/prometheus.yml").read_text())
     uid = ds["datasources"][0]["uid"]
-    exported = set()
-    for metrics in (FogMetrics(), FusionMetrics()):
-        for family in metrics.registry.collect():
-            suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}.get(family.type, ("",))
-            exported.update(family.name + sfx for sfx in suffixes)
+    exported = exported_metric_names()
     used = set()
     for panel in dash["panels"]:
         assert panel["datasource"]["uid"] == uid
