@@ -88,7 +88,11 @@ class ParallelSum:
 
 
 class Valid:
-    """What every validity circuit shares: the FLP's lengths."""
+    """What every validity circuit shares: the FLP's lengths. Subclasses set
+    GADGETS and GADGET_CALLS per instance."""
+    GADGETS = []  # type: list
+    GADGET_CALLS = []  # type: list
+    EVAL_OUTPUT_LEN = 1
 
     def prove_rand_len(self):
         return sum(g.ARITY for g in self.GADGETS)

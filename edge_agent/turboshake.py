@@ -150,7 +150,7 @@ class XofTurboShake128:
         """length field elements by rejection sampling (mask to the modulus' bit length)."""
         size = field.ENCODED_SIZE
         mask = next_power_of_2(field.MODULUS) - 1
-        out = []
+        out = []  # type: list
         while len(out) < length:
             x = int.from_bytes(self.next(size), "little") & mask
             if x < field.MODULUS:
