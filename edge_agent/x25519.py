@@ -1,22 +1,30 @@
 # X25519 (RFC 7748), pure Python for the device. MicroPython-compatible.
 #
-# Field elements are kept loosely reduced below 2**256 and folded with
-# 2**255 = 19 (mod p), which costs shifts, masks and a small multiply instead
-# of a big-integer division per operation (division is slow on MicroPython).
-# Only the final inversion uses pow(). Python's big integers are not
-# constant-time; see docs/privacy.md on what that means for a device.
+# Field elements are kept loosely reduced and folded with 2**255 = 19 (mod p),
+# which costs shifts, masks and a small multiply instead of a big-integer
+# division per operation (division is slow on MicroPython). A ladder step's
+# outputs are folded twice (below 2**256); values used only inside the step
+# once (below 2**266), with offsets K = P << 11 > 2**265 keeping differences
+# positive. Only the final inversion uses pow(). Python's big integers are not
+# constant-time; see docs/api.md (Prio3 section) on what that means.
 
 P = (1 << 255) - 19
 _M255 = (1 << 255) - 1
 _M256 = (1 << 256) - 1
-_FOUR_P = 4 * P  # added before a subtraction so the result stays positive
+_FOUR_P = 4 * P  # added before subtracting a value below 2**256
+_K = P << 11  # added before subtracting a value below 2**265
 A24 = 121665
 BASE_POINT = (9).to_bytes(32, "little")
 
 
 def _fold(x):
-    # x < 2**540 in -> < 2**256 out, congruent mod p.
+    # 0 <= x < 2**1000 in -> < 2**256 out, congruent mod p.
     x = (x & _M255) + 19 * (x >> 255)
+    return (x & _M255) + 19 * (x >> 255)
+
+
+def _fold1(x):
+    # x < 2**540 in -> < 2**255 + 19 * 2**285 out; only for values inside a step.
     return (x & _M255) + 19 * (x >> 255)
 
 
@@ -52,19 +60,21 @@ def _ladder(k, u):
         z2 ^= d
         z3 ^= d
         swap = bit
+        # Bounds (x2, z2, x3, z3 < 2**256 on entry): a, c < 2**257; b, dd < 2**258;
+        # aa < 2**263.3; bb < 2**265.3; da, cb < 2**264.3; e, s < 2**266.7.
         a = x2 + z2
-        aa = _fold(a * a)
+        aa = _fold1(a * a)
         b = x2 - z2 + _FOUR_P
-        bb = _fold(b * b)
-        e = aa - bb + _FOUR_P
+        bb = _fold1(b * b)
+        e = aa - bb + _K
         c = x3 + z3
         dd = x3 - z3 + _FOUR_P
-        da = _fold(dd * a)
-        cb = _fold(c * b)
+        da = _fold1(dd * a)
+        cb = _fold1(c * b)
         s = da + cb
         x3 = _fold(s * s)
-        s = da - cb + _FOUR_P
-        z3 = _fold(x1 * _fold(s * s))
+        s = da - cb + _K
+        z3 = _fold(x1 * _fold1(s * s))
         x2 = _fold(aa * bb)
         z2 = _fold(e * (aa + A24 * e))
     mask = _M256 * swap

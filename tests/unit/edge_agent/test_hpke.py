@@ -78,6 +78,21 @@ def test_x25519_matches_cryptography_on_random_keys():
         assert x25519.shared_secret(a, pub_b) == ref_a.exchange(X25519PublicKey.from_public_bytes(pub_b))
 
 
+def test_x25519_at_the_edges_of_the_field_matches_cryptography():
+    # u-coordinates at and above p (non-canonical), the top bit set, all ones:
+    # the loose reduction inside the ladder must not overflow its bounds.
+    p = (1 << 255) - 19
+    edges = [p - 1, p, p + 1, (1 << 255) - 1, (1 << 256) - 1, 2, 3, 1 << 254]
+    for i, u in enumerate(edges):
+        k = bytes([0xFF] * 32) if i % 2 else bytes(range(32))
+        try:
+            ref = X25519PrivateKey.from_private_bytes(k).exchange(
+                X25519PublicKey.from_public_bytes(u.to_bytes(32, "little")))
+        except ValueError:  # cryptography refuses the all-zero result of a small-order point
+            ref = bytes(32)
+        assert x25519.x25519(k, u.to_bytes(32, "little")) == ref, hex(u)
+
+
 def test_x25519_refuses_a_small_order_point():
     with pytest.raises(ValueError, match="all-zero"):
         x25519.shared_secret(bytes(range(32)), bytes(32))
