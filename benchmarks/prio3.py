@@ -11,7 +11,7 @@ Aggregators: windows of 1,000 / 10,000 / 100,000 reports: helper-share
 decryption (HPKE, cryptography), verify_init by the leader and by the
 helper, combining and checking (both sides), aggregation; seconds on one
 core, and each window's per-report time against the 1,000-report window.
-The windows' reports are made by the device code with pycryptodome's
+The windows' reports are made by the device code with xoflib's
 TurboSHAKE128 swapped in for speed (making them is not what is measured);
 Count and Sum reuse a pool of 1,000 shards under fresh nonces, which is
 exactly what sharding with those nonces gives (no joint randomness).
@@ -169,7 +169,7 @@ def smallest_heap(pk: bytes) -> int | None:
 
 @contextlib.contextmanager
 def c_xof():
-    """The device code's XOF calls answered by pycryptodome (report generation only)."""
+    """The device code's XOF calls answered by xoflib (report generation only)."""
     saved = p3.expand_into_vec, p3.derive_seed
 
     def expand(field, seed, dst, binder, length):

@@ -140,13 +140,14 @@ def verify_init(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: int, nonc
             bad |= b
         out_rows = F.as_rows(list(vdaf.valid.truncate(F, meas)), n)
         vs_bytes = F.encode(F.as_rows(verifier, n))
+    good = ok & ~bad
+    out_shares[:, np.asarray(live)[good]] = out_rows[:, good]
     for k, i in enumerate(live):
         if not ok[k]:
             reasons[i] = Rejection.MALFORMED
         elif bad[k]:
             reasons[i] = Rejection.QUERY_FAILED
         else:
-            out_shares[:, i] = out_rows[:, k]
             seeds_all[i] = corrected[k]
             shares_out[i] = vs_bytes[k].tobytes() + (own_parts[k] if vdaf.uses_joint_rand else b"")
     return VerifyState(vdaf, agg_id, out_shares, seeds_all, reasons), shares_out

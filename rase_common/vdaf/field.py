@@ -73,6 +73,13 @@ class VecField64:
     def equal(self, a, b) -> np.ndarray:
         return np.asarray(a == b)
 
+    def dot(self, ws, vs):
+        """sum(w * v) over pairs, reduced."""
+        acc = self.const(0)
+        for w, v in zip(ws, vs):
+            acc = self.add(acc, self.mul(w, v))
+        return acc
+
     def decode(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rows, ok): data is uint8 of shape (N, k*8); rows is (k, N); ok marks
         the reports whose every element is below the modulus."""
@@ -125,6 +132,13 @@ class VecField128:
 
     def equal(self, a, b) -> np.ndarray:
         return np.asarray(a == b, dtype=bool)
+
+    def dot(self, ws, vs):
+        """sum(w * v) over pairs with one reduction at the end (Python ints do not overflow)."""
+        acc = 0
+        for w, v in zip(ws, vs):
+            acc = acc + w * v
+        return acc % self.MODULUS
 
     def decode(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = data.shape[0]

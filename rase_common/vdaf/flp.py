@@ -50,12 +50,8 @@ def _doubling(field: Field, n: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _linear(F, coeffs, values):
-    acc = None
-    for c, v in zip(coeffs, values):
-        if c:
-            term = F.mul(F.const(c), v)
-            acc = term if acc is None else F.add(acc, term)
-    return acc if acc is not None else F.const(0)
+    pairs = [(F.const(c), v) for c, v in zip(coeffs, values) if c]
+    return F.dot([c for c, _ in pairs], [v for _, v in pairs])
 
 
 def lagrange_eval(F, polys, t):
@@ -75,11 +71,8 @@ def lagrange_eval(F, polys, t):
         suffix = F.mul(suffix, diffs[i])
     out = []
     for poly in polys:
-        acc = F.const(0)
-        for w, v in zip(weights, poly):
-            if v is not None:
-                acc = F.add(acc, F.mul(w, v))
-        out.append(acc)
+        used = [i for i, v in enumerate(poly) if v is not None]
+        out.append(F.dot([weights[i] for i in used], [poly[i] for i in used]))
     return out
 
 
@@ -143,10 +136,7 @@ def query(valid, F, meas, proof, query_rand, joint_rand, num_shares):
 
 
 def _linear_rows(F, coeff_rows, value_rows):
-    acc = F.mul(coeff_rows[0], value_rows[0])
-    for c, v in zip(coeff_rows[1:], value_rows[1:]):
-        acc = F.add(acc, F.mul(c, v))
-    return acc
+    return F.dot(list(coeff_rows), list(value_rows))
 
 
 def decide(valid, F, verifier):
