@@ -117,44 +117,50 @@ class Prio3:
             raise ValueError("rand must be %d bytes, got %d" % (self.RAND_SIZE, len(rand)))
         if len(meas) != self.MEAS_LEN:
             raise ValueError("encoded measurement must have %d elements, got %d" % (self.MEAS_LEN, len(meas)))
+        helper_shares, helper_blinds, leader_blind, prove_seed = self._split_rand(rand)
+        leader_meas, parts, joint_rands = self._share_meas(ctx, meas, nonce, helper_shares, helper_blinds,
+                                                           leader_blind)
+        proofs = self._prove(ctx, meas, prove_seed, joint_rands)
+        for j in range(self.SHARES - 1):
+            share = self.helper_proofs_share(ctx, j + 1, helper_shares[j])
+            proofs = [self.field.sub(a, b) for a, b in zip(proofs, share)]
+        leader = self.field.encode_vec(leader_meas) + self.field.encode_vec(proofs)
+        input_shares = [leader + (leader_blind if self.uses_joint_rand else b"")]
+        for j in range(self.SHARES - 1):
+            input_shares.append(helper_shares[j] + (helper_blinds[j] if self.uses_joint_rand else b""))
+        return b"".join(parts), input_shares
+
+    def _split_rand(self, rand):
+        """(helper seeds, helper blinds, leader blind, prove seed) in the draft's order."""
         seeds = [bytes(rand[i:i + SEED_SIZE]) for i in range(0, self.RAND_SIZE, SEED_SIZE)]
-        field = self.field
         step = 2 if self.uses_joint_rand else 1
         helper_shares = [seeds[step * j] for j in range(self.SHARES - 1)]
         helper_blinds = [seeds[step * j + 1] for j in range(self.SHARES - 1)] if self.uses_joint_rand else []
         rest = seeds[step * (self.SHARES - 1):]
-        leader_blind = rest[0] if self.uses_joint_rand else None
-        prove_seed = rest[-1]
+        return helper_shares, helper_blinds, (rest[0] if self.uses_joint_rand else b""), rest[-1]
 
+    def _share_meas(self, ctx, meas, nonce, helper_shares, helper_blinds, leader_blind):
+        """(leader's measurement share, joint randomness parts, joint randomness)."""
         leader_meas = list(meas)
         parts = []
         for j in range(self.SHARES - 1):
             share = self.helper_meas_share(ctx, j + 1, helper_shares[j])
-            leader_meas = [field.sub(a, b) for a, b in zip(leader_meas, share)]
+            leader_meas = [self.field.sub(a, b) for a, b in zip(leader_meas, share)]
             if self.uses_joint_rand:
                 parts.append(self.joint_rand_part(ctx, j + 1, helper_blinds[j], share, nonce))
-        joint_rands = []
-        if self.uses_joint_rand:
-            parts.insert(0, self.joint_rand_part(ctx, 0, leader_blind, leader_meas, nonce))
-            joint_rands = self.joint_rands(ctx, self.joint_rand_seed(ctx, parts))
+        if not self.uses_joint_rand:
+            return leader_meas, parts, []
+        parts.insert(0, self.joint_rand_part(ctx, 0, leader_blind, leader_meas, nonce))
+        return leader_meas, parts, self.joint_rands(ctx, self.joint_rand_seed(ctx, parts))
 
+    def _prove(self, ctx, meas, prove_seed, joint_rands):
         prove_rands = self.prove_rands(ctx, prove_seed)
         proofs = []
         for i in range(self.PROOFS):
             prove_rand = prove_rands[i * self.PROVE_RAND_LEN:(i + 1) * self.PROVE_RAND_LEN]
             joint_rand = joint_rands[i * self.JOINT_RAND_LEN:(i + 1) * self.JOINT_RAND_LEN]
             proofs += flp.prove(self.valid, meas, prove_rand, joint_rand)
-        for j in range(self.SHARES - 1):
-            share = self.helper_proofs_share(ctx, j + 1, helper_shares[j])
-            proofs = [field.sub(a, b) for a, b in zip(proofs, share)]
-
-        leader = field.encode_vec(leader_meas) + field.encode_vec(proofs)
-        if self.uses_joint_rand:
-            leader += leader_blind
-        input_shares = [leader]
-        for j in range(self.SHARES - 1):
-            input_shares.append(helper_shares[j] + (helper_blinds[j] if self.uses_joint_rand else b""))
-        return b"".join(parts), input_shares
+        return proofs
 
     # -- unsharding (the collector: scalar, one vector per batch) --
     def unshard(self, agg_shares, num_measurements):

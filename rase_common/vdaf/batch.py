@@ -90,6 +90,36 @@ def _input_rows(vdaf, F, ctx, agg_id, shares):
     return meas, proofs, blinds, np.ones(n, dtype=bool)
 
 
+def _joint_randomness(vdaf, F, ctx, agg_id, nonces, public_shares, meas, blinds):
+    """(own joint randomness parts, corrected seeds, joint randomness rows), or
+    ([], [None] * n, None) for a circuit without joint randomness."""
+    n = len(nonces)
+    if not vdaf.uses_joint_rand:
+        return [], [None] * n, None
+    meas_bytes = F.encode(meas)
+    own_parts = xof.derive_seeds(blinds, vdaf.dst(p3.USAGE_JOINT_RAND_PART, ctx),
+                                 [bytes((agg_id,)) + x + meas_bytes[k].tobytes() for k, x in enumerate(nonces)])
+    parts = [pub[:agg_id * SEED] + own + pub[(agg_id + 1) * SEED:] for pub, own in zip(public_shares, own_parts)]
+    corrected = xof.derive_seeds([bytes(SEED)] * n, vdaf.dst(p3.USAGE_JOINT_RAND_SEED, ctx), parts)
+    joint_rands = xof.expand_rows(F, corrected, vdaf.dst(p3.USAGE_JOINT_RANDOMNESS, ctx),
+                                  [bytes((vdaf.PROOFS,))] * n, vdaf.JOINT_RAND_LEN * vdaf.PROOFS)
+    return own_parts, list(corrected), joint_rands
+
+
+def _query_proofs(vdaf, F, meas, proofs, query_rands, joint_rands):
+    """(verifier rows of all PROOFS proofs, reports whose query failed)."""
+    verifier: list = []
+    bad = np.zeros(meas.shape[1], dtype=bool)
+    pl, ql, jl = vdaf.PROOF_LEN, vdaf.QUERY_RAND_LEN, vdaf.JOINT_RAND_LEN
+    for k in range(vdaf.PROOFS):
+        jr = joint_rands[k * jl:(k + 1) * jl] if joint_rands is not None else []
+        v, b = flp.query(vdaf.valid, F, meas, proofs[k * pl:(k + 1) * pl], query_rands[k * ql:(k + 1) * ql],
+                         jr, vdaf.SHARES)
+        verifier += v
+        bad |= b
+    return verifier, bad
+
+
 def verify_init(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: int, nonces: Sequence[bytes],
                 public_shares: Sequence[bytes], input_shares: Sequence[bytes | None], *,
                 seen_nonces: Container[bytes] = frozenset()) -> tuple[VerifyState, list[bytes | None]]:
@@ -111,33 +141,13 @@ def verify_init(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: int, nonc
     if not n:
         return VerifyState(vdaf, agg_id, out_shares, seeds_all, reasons), shares_out
     nonce_l = [bytes(nonces[i]) for i in live]
+    pubs = [bytes(public_shares[i]) for i in live]
     with np.errstate(over="ignore"):
         meas, proofs, blinds, ok = _input_rows(vdaf, F, ctx, agg_id, [input_shares[i] for i in live])
         query_rands = xof.expand_rows(F, [verify_key] * n, vdaf.dst(p3.USAGE_QUERY_RANDOMNESS, ctx),
                                       [bytes((vdaf.PROOFS,)) + x for x in nonce_l], vdaf.QUERY_RAND_LEN * vdaf.PROOFS)
-        own_parts: list[bytes] = []
-        corrected: list[bytes | None] = [None] * n
-        joint_rands = None
-        if vdaf.uses_joint_rand:
-            meas_bytes = F.encode(meas)
-            own_parts = xof.derive_seeds(blinds, vdaf.dst(p3.USAGE_JOINT_RAND_PART, ctx),
-                                         [bytes((agg_id,)) + x + meas_bytes[k].tobytes() for k, x in enumerate(nonce_l)])
-            parts = []
-            for k, i in enumerate(live):
-                pub = bytes(public_shares[i])
-                parts.append(pub[:agg_id * SEED] + own_parts[k] + pub[(agg_id + 1) * SEED:])
-            corrected = list(xof.derive_seeds([bytes(SEED)] * n, vdaf.dst(p3.USAGE_JOINT_RAND_SEED, ctx), parts))
-            joint_rands = xof.expand_rows(F, corrected, vdaf.dst(p3.USAGE_JOINT_RANDOMNESS, ctx),
-                                          [bytes((vdaf.PROOFS,))] * n, vdaf.JOINT_RAND_LEN * vdaf.PROOFS)
-        verifier: list = []
-        bad = np.zeros(n, dtype=bool)
-        pl, ql, jl = vdaf.PROOF_LEN, vdaf.QUERY_RAND_LEN, vdaf.JOINT_RAND_LEN
-        for k in range(vdaf.PROOFS):
-            jr = joint_rands[k * jl:(k + 1) * jl] if joint_rands is not None else []
-            v, b = flp.query(vdaf.valid, F, meas, proofs[k * pl:(k + 1) * pl], query_rands[k * ql:(k + 1) * ql],
-                             jr, vdaf.SHARES)
-            verifier += v
-            bad |= b
+        own_parts, corrected, joint_rands = _joint_randomness(vdaf, F, ctx, agg_id, nonce_l, pubs, meas, blinds)
+        verifier, bad = _query_proofs(vdaf, F, meas, proofs, query_rands, joint_rands)
         out_rows = F.as_rows(list(vdaf.valid.truncate(F, meas)), n)
         vs_bytes = F.encode(F.as_rows(verifier, n))
     good = ok & ~bad
