@@ -1,0 +1,306 @@
+"""Prio3 benchmark: the device's shard + prove + seal, and the aggregators'
+batch verification.
+
+Device: reports/s of edge_agent.prio3_report.make_report (Prio3Sum with
+12-bit measurements, Prio3Count, Prio3Histogram of 20 bands) under CPython,
+the MicroPython unix port and the MicroPython WebAssembly port, each beside
+BR (edge_agent.randomizer.BudgetRandomizer) in the same run; the device
+core's heap under both MicroPython ports (gc.mem_alloc deltas).
+
+Aggregators: windows of 1,000 / 10,000 / 100,000 reports: helper-share
+decryption (HPKE, cryptography), verify_init by the leader and by the
+helper, combining and checking (both sides), aggregation; seconds on one
+core, and each window's per-report time against the 1,000-report window.
+The windows' reports are made by the device code with xoflib's
+TurboSHAKE128 swapped in for speed (making them is not what is measured);
+Count and Sum reuse a pool of 1,000 shards under fresh nonces, which is
+exactly what sharding with those nonces gives (no joint randomness).
+
+    python benchmarks/prio3.py [--device-n 30] [--sizes 1000,10000,100000]
+                               [--hist-sizes 1000,10000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import edge_agent.prio3 as p3  # noqa: E402
+from edge_agent.entropy import RandomBits  # noqa: E402
+from edge_agent.prio3_report import helper_share_info, make_report  # noqa: E402
+from edge_agent.randomizer import BudgetRandomizer, Calibration  # noqa: E402
+from rase_common.vdaf import Prio3Aggregator, generate_keypair, open_helper_shares, xof  # noqa: E402
+from rase_common.vdaf import hpke as server_hpke  # noqa: E402
+from simulators.unix_board import run_unix  # noqa: E402
+from simulators.wasm_board import WASM_URANDOM, run_micropython  # noqa: E402
+
+VARIANTS = {  # name: (constructor expression, factory, measurement drawn per report, device measurement)
+    "sum12": ("prio3_sum(4095)", lambda: p3.prio3_sum(4095), lambda rng: rng.randrange(4096), 2345),
+    "count": ("prio3_count()", p3.prio3_count, lambda rng: rng.randrange(2), 1),
+    "histogram20": ("prio3_histogram(20, 4)", lambda: p3.prio3_histogram(20, 4), lambda rng: rng.randrange(20), 7),
+}
+CTX = b"rase bench"
+BR_N = 2000
+
+DEVICE_SNIPPET = """
+import json, time
+from edge_agent.entropy import RandomBits
+from edge_agent.randomizer import BudgetRandomizer, Calibration
+from edge_agent.prio3 import prio3_sum, prio3_count, prio3_histogram
+from edge_agent.prio3_report import make_report
+read = %(read)s
+pk = bytes.fromhex(%(pk)r)
+res = {}
+br = BudgetRandomizer(Calibration(), RandomBits(read=read))
+br.randomize(1.0, 1.0)
+t0 = time.ticks_us()
+for i in range(%(br_n)d):
+    br.randomize(1000.0 + (i & 1023), 1.0)
+res['br'] = [%(br_n)d, time.ticks_diff(time.ticks_us(), t0)]
+for name, v, m in %(variants)s:
+    make_report(v, b'bench', m, pk, read)
+    t0 = time.ticks_us()
+    for i in range(%(n)d):
+        make_report(v, b'bench', m, pk, read)
+    res[name] = [%(n)d, time.ticks_diff(time.ticks_us(), t0)]
+print(json.dumps(res))
+"""
+
+# Each reading in its own snippet: the WebAssembly port frees memory only
+# when control returns to JavaScript (the unix port runs them as one script).
+HEAP_SNIPPETS = [
+    "import gc\ngc.collect()\nprint(gc.mem_alloc())",
+    "from edge_agent.prio3 import prio3_sum, prio3_count, prio3_histogram\n"
+    "from edge_agent.prio3_report import make_report",
+    "gc.collect()\nprint(gc.mem_alloc())",
+    "v = prio3_sum(4095)\npk = bytes.fromhex(%(pk)r)\nread = %(read)s\nmake_report(v, b'bench', 5, pk, read)",
+    "gc.collect()\nprint(gc.mem_alloc())",
+    "for i in range(20):\n    make_report(v, b'bench', i, pk, read)",
+    "gc.collect()\nprint(gc.mem_alloc())",
+    "for i in range(20):\n    make_report(v, b'bench', i, pk, read)",
+    "gc.collect()\nprint(gc.mem_alloc())",
+    "def alloc(v, m):\n    gc.collect()\n    gc.disable()\n    a = gc.mem_alloc()\n"
+    "    make_report(v, b'bench', m, pk, read)\n    b = gc.mem_alloc()\n    gc.enable()\n    return b - a\n"
+    "print(alloc(v, 4000))\nprint(alloc(prio3_count(), 1))\nprint(alloc(prio3_histogram(20, 4), 7))",
+]
+
+
+def device_variants_literal() -> str:
+    return "(" + ", ".join(f"({name!r}, {expr}, {m})" for name, (expr, _, _, m) in VARIANTS.items()) + ")"
+
+
+def per_s(raw: dict) -> dict:
+    rates = {k: n / (us / 1e6) for k, (n, us) in raw.items()}
+    return {k: {"per_s": v, "ratio_to_br": v / rates["br"]} for k, v in rates.items()}
+
+
+def device_cpython(n: int, pk: bytes) -> dict:
+    raw = {}
+    br = BudgetRandomizer(Calibration(), RandomBits())
+    t0 = time.perf_counter()
+    for i in range(BR_N):
+        br.randomize(1000.0 + (i & 1023), 1.0)
+    raw["br"] = [BR_N, (time.perf_counter() - t0) * 1e6]
+    for name, (_, make, _, m) in VARIANTS.items():
+        vdaf = make()
+        make_report(vdaf, b"bench", m, pk)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            make_report(vdaf, b"bench", m, pk)
+        raw[name] = [n, (time.perf_counter() - t0) * 1e6]
+    return per_s(raw)
+
+
+def heap_from(values: list[int]) -> dict:
+    base, imported, setup, a20, a40, per_sum, per_count, per_hist = values
+    return {"import_bytes": imported - base, "after_setup_and_1_report_bytes": setup - base,
+            "after_21_reports_bytes": a20 - base, "after_41_reports_bytes": a40 - base,
+            "growth_reports_22_41_bytes": a40 - a20,
+            "allocated_per_report_bytes": {"sum12": per_sum, "count": per_count, "histogram20": per_hist}}
+
+
+def device_micropython(n: int, pk: bytes) -> dict:
+    fill = {"variants": device_variants_literal(), "n": n, "br_n": BR_N, "pk": pk.hex()}
+    unix_raw = json.loads(run_unix(DEVICE_SNIPPET % dict(fill, read="__import__('os').urandom")).strip())
+    wasm_raw = json.loads(run_micropython([DEVICE_SNIPPET % dict(fill, read=WASM_URANDOM)],
+                                          heapsize=8 << 20)[0].strip())
+    # A big heap: with the collector off, one report's garbage must fit.
+    heap_unix = run_unix("\n".join(s % {"pk": pk.hex(), "read": "__import__('os').urandom"} if "%(" in s else s
+                                   for s in HEAP_SNIPPETS), heap="256M")
+    outs = run_micropython([s % {"pk": pk.hex(), "read": WASM_URANDOM} if "%(" in s else s
+                            for s in HEAP_SNIPPETS], heapsize=256 << 20)
+    heap_wasm = [int(x) for o in outs for x in o.split()]
+    return {"unix": {"rates": per_s(unix_raw), "heap": heap_from([int(x) for x in heap_unix.split()]),
+                     "smallest_heap_kib": smallest_heap(pk)},
+            "wasm": {"rates": per_s(wasm_raw), "heap": heap_from(heap_wasm)}}
+
+
+SMALL_HEAP_SNIPPET = """
+from edge_agent.prio3 import prio3_sum, prio3_count, prio3_histogram
+from edge_agent.prio3_report import make_report
+pk = bytes.fromhex(%(pk)r)
+for v, m in ((prio3_sum(4095), 4000), (prio3_count(), 1), (prio3_histogram(20, 4), 7)):
+    for i in range(3):
+        make_report(v, b'bench', m, pk)
+print('ok')
+"""
+
+
+def smallest_heap(pk: bytes) -> int | None:
+    """The smallest unix-port heap (KiB, of those tried) in which all three variants report."""
+    for kib in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512):
+        try:
+            if run_unix(SMALL_HEAP_SNIPPET % {"pk": pk.hex()}, heap=f"{kib}K").strip() == "ok":
+                return kib
+        except Exception:  # MemoryError on the board surfaces as UnixPortError
+            continue
+    return None
+
+
+@contextlib.contextmanager
+def c_xof():
+    """The device code's XOF calls answered by xoflib (report generation only)."""
+    saved = p3.expand_into_vec, p3.derive_seed
+
+    def expand(field, seed, dst, binder, length):
+        return xof._expand_one(type("Scalar", (), {"scalar": field}), seed, dst, binder, length)
+    p3.expand_into_vec, p3.derive_seed = expand, lambda seed, dst, binder: xof.stream(seed, dst, binder, 32)
+    try:
+        yield
+    finally:
+        p3.expand_into_vec, p3.derive_seed = saved
+
+
+def make_window(name: str, n: int, pk: bytes, rng: random.Random) -> tuple[list, list]:
+    _, make, draw, _ = VARIANTS[name]
+    vdaf = make()
+    pool: list = []
+    reports, meas = [], []
+    with c_xof():
+        for i in range(n):
+            nonce = rng.randbytes(16)
+            if vdaf.uses_joint_rand or i < 1000:
+                m = draw(rng)
+                public, shares = vdaf.shard(CTX, m, nonce, rng.randbytes(vdaf.RAND_SIZE))
+                if not vdaf.uses_joint_rand:
+                    pool.append((m, public, shares))
+            else:
+                m, public, shares = pool[i % len(pool)]
+            sealed = server_hpke.seal(pk, helper_share_info(CTX, nonce, public), shares[1])
+            reports.append((nonce, public, shares[0], sealed))
+            meas.append(m)
+    return reports, meas
+
+
+def verify_window(name: str, reports: list, meas: list, sk: bytes, repeat: int) -> dict:
+    vdaf = VARIANTS[name][1]()
+    nonces, publics = [r[0] for r in reports], [r[1] for r in reports]
+    best: dict = {}
+    for _ in range(repeat):
+        gc.collect()
+        t = {}
+        t0 = time.perf_counter()
+        helper_inputs = open_helper_shares(sk, CTX, nonces, publics, [r[3] for r in reports])
+        t["decrypt_s"] = time.perf_counter() - t0
+        leader, helper = (Prio3Aggregator(vdaf, b"k" * 32, CTX, a) for a in (0, 1))
+        t0 = time.perf_counter()
+        to_helper = leader.start(nonces, publics, [r[2] for r in reports])
+        t["leader_init_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        to_leader = helper.start(nonces, publics, helper_inputs)
+        t["helper_init_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        both = leader.finish(to_leader) & helper.finish(to_helper)
+        t["finish_both_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        shares = [leader.aggregate(both), helper.aggregate(both)]
+        t["aggregate_both_s"] = time.perf_counter() - t0
+        t["verify_both_s"] = t["leader_init_s"] + t["helper_init_s"] + t["finish_both_s"] + t["aggregate_both_s"]
+        result = vdaf.unshard(shares, int(both.sum()))
+        want = [meas.count(b) for b in range(20)] if name == "histogram20" else sum(meas)
+        if not both.all() or result != want:
+            raise SystemExit(f"{name}: the benchmark's window did not verify to the true aggregate")
+        if not best or t["verify_both_s"] < best["verify_both_s"]:
+            best = t
+    best["per_report_us"] = best["verify_both_s"] / len(reports) * 1e6
+    return best
+
+
+def aggregators(sizes: list[int], hist_sizes: list[int], repeat: int) -> dict:
+    sk, pk = generate_keypair()
+    rng = random.Random(2026)
+    out: dict = {}
+    for name in VARIANTS:
+        rows = {}
+        for n in (hist_sizes if name == "histogram20" else sizes):
+            t0 = time.perf_counter()
+            reports, meas = make_window(name, n, pk, rng)
+            print(f"  [{name}] made {n:,} reports in {time.perf_counter() - t0:.1f} s; verifying", file=sys.stderr)
+            rows[n] = verify_window(name, reports, meas, sk, repeat if n <= 10_000 else 1)
+        first = min(rows)
+        for n, r in rows.items():
+            r["growth_per_report_vs_smallest"] = r["per_report_us"] / rows[first]["per_report_us"]
+        out[name] = rows
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device-n", type=int, default=30, help="reports per variant on each device runtime")
+    ap.add_argument("--sizes", default="1000,10000,100000", help="window sizes for Count and Sum")
+    ap.add_argument("--hist-sizes", default="1000,10000", help="window sizes for Histogram")
+    ap.add_argument("--repeat", type=int, default=2, help="best of this many runs for windows <= 10,000")
+    ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = ap.parse_args()
+    _, pk = generate_keypair()
+    cp = device_cpython(args.device_n, pk)
+    mp = device_micropython(args.device_n, pk)
+    print(f"{'runtime':<26}{'BR rep/s':>12}" + "".join(f"{n + ' rep/s (/BR)':>28}" for n in VARIANTS))
+    for label, rates in (("CPython " + sys.version.split()[0], cp), ("MicroPython unix", mp["unix"]["rates"]),
+                         ("MicroPython WebAssembly", mp["wasm"]["rates"])):
+        cells = "".join(f"{rates[n]['per_s']:>16,.1f} ({rates[n]['ratio_to_br']:.5f})" for n in VARIANTS)
+        print(f"{label:<26}{rates['br']['per_s']:>12,.0f}{cells}")
+    for port in ("unix", "wasm"):
+        h = mp[port]["heap"]
+        print(f"\nMicroPython {port} heap (bytes above a fresh interpreter, gc.mem_alloc after gc.collect):")
+        for key in ("import_bytes", "after_setup_and_1_report_bytes", "after_21_reports_bytes",
+                    "after_41_reports_bytes", "growth_reports_22_41_bytes"):
+            print(f"  {key:<34}{h[key]:>10,}")
+        print("  allocated during one report (gc off): "
+              + ", ".join(f"{k} {v:,}" for k, v in h["allocated_per_report_bytes"].items()))
+    print(f"\nsmallest unix-port heap that makes all three kinds of report: {mp['unix']['smallest_heap_kib']} KiB")
+    agg = aggregators([int(x) for x in args.sizes.split(",")], [int(x) for x in args.hist_sizes.split(",")],
+                      args.repeat)
+    print(f"\n{'variant':<13}{'reports':>9}{'decrypt s':>11}{'leader s':>10}{'helper s':>10}{'finish s':>10}"
+          f"{'agg s':>8}{'verify both s':>15}{'us/report':>11}{'growth':>8}")
+    for name, rows in agg.items():
+        for n, r in rows.items():
+            print(f"{name:<13}{n:>9,}{r['decrypt_s']:>11.3f}{r['leader_init_s']:>10.3f}{r['helper_init_s']:>10.3f}"
+                  f"{r['finish_both_s']:>10.3f}{r['aggregate_both_s']:>8.3f}{r['verify_both_s']:>15.3f}"
+                  f"{r['per_report_us']:>11.1f}{r['growth_per_report_vs_smallest']:>8.2f}")
+    sum_rows = agg["sum12"]
+    targets = {"unix_sum12_reports_per_s": mp["unix"]["rates"]["sum12"]["per_s"],
+               "sum12_10000_verify_both_s": sum_rows.get(10_000, {}).get("verify_both_s"),
+               "sum12_worst_growth": max(r["growth_per_report_vs_smallest"] for r in sum_rows.values())}
+    print(f"\ntargets: unix port >= 20 Prio3Sum(12-bit) reports/s: {targets['unix_sum12_reports_per_s']:.1f}; "
+          f"10,000 reports verified by both < 2 s: {targets['sum12_10000_verify_both_s']}; "
+          f"growth no worse than linear (per-report time / smallest window's): {targets['sum12_worst_growth']:.2f}")
+    if args.json:
+        print(json.dumps({"benchmark": "prio3", "device_n": args.device_n,
+                          "device": {"cpython": cp, "micropython_unix": mp["unix"], "micropython_wasm": mp["wasm"]},
+                          "aggregators": {k: {str(n): r for n, r in v.items()} for k, v in agg.items()},
+                          "targets": targets}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""Prio3 verification and aggregation over a batch of reports, as the draft's
+verify_init, verifier_shares_to_message, verify_next and aggregation, with
+every report of the batch processed at once.
+
+Inputs and outputs are plain bytes, lists aligned with the batch (None where
+a report was rejected) and numpy masks. A rejected report carries a
+Rejection reason and is never aggregated.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Container, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from edge_agent import prio3 as p3
+from rase_common.vdaf import flp, xof
+from rase_common.vdaf.field import vector_field
+
+SEED = p3.SEED_SIZE
+
+
+class Rejection(str, enum.Enum):
+    """Why a report was not aggregated."""
+    MALFORMED = "malformed"                      # wrong length, or a field element not below the modulus
+    NONCE_REPEATED = "nonce_repeated"            # an earlier report of this batch has the same nonce
+    NONCE_REPLAYED = "nonce_replayed"            # the nonce is among those seen before (seen_nonces)
+    DECRYPT_FAILED = "decrypt_failed"            # the sealed helper share did not open (HPKE)
+    QUERY_FAILED = "query_failed"                # the test point hit a root of unity (probability ~2**-58)
+    PEER_REJECTED = "peer_rejected"              # another aggregator sent no verifier share for it
+    PEER_MALFORMED = "peer_malformed"            # another aggregator's verifier share is malformed
+    PROOF_INVALID = "proof_invalid"              # the combined verifier fails decide()
+    JOINT_RAND_MISMATCH = "joint_rand_mismatch"  # the client's joint randomness parts were not honest
+    NO_MESSAGE = "no_message"                    # verify_next got no verifier message for it
+
+
+@dataclass
+class VerifyState:
+    """One aggregator's verification state for a batch (the draft's verify
+    state, for every report): its output shares and corrected joint
+    randomness seeds. verify_init is deterministic: after a crash, recompute."""
+    vdaf: p3.Prio3
+    agg_id: int
+    out_shares: np.ndarray               # (OUTPUT_LEN, N) field elements
+    corrected_seeds: list[bytes | None]  # joint randomness seed per report (None: not used)
+    reasons: list[Rejection | None]
+    finished: bool = False
+
+    @property
+    def accepted(self) -> np.ndarray:
+        return np.array([r is None for r in self.reasons], dtype=bool)
+
+
+def _screen(vdaf, agg_id, nonces, public_shares, input_shares, seen) -> list[Rejection | None]:
+    reasons: list[Rejection | None] = []
+    first: set[bytes] = set()
+    want_in = vdaf.input_share_size(agg_id)
+    for nonce, pub, share in zip(nonces, public_shares, input_shares):
+        nonce = bytes(nonce)
+        if share is None:
+            reasons.append(Rejection.DECRYPT_FAILED)
+        elif len(nonce) != p3.NONCE_SIZE or len(pub) != vdaf.public_share_size() or len(share) != want_in:
+            reasons.append(Rejection.MALFORMED)
+        elif nonce in seen:
+            reasons.append(Rejection.NONCE_REPLAYED)
+        elif nonce in first:
+            reasons.append(Rejection.NONCE_REPEATED)
+        else:
+            reasons.append(None)
+        first.add(nonce)
+    return reasons
+
+
+def _input_rows(vdaf, F, ctx, agg_id, shares):
+    """(meas rows, proof rows, blinds, canonical mask) of the live input shares."""
+    n = len(shares)
+    es = F.ENCODED_SIZE
+    blinds = [bytes(s[-SEED:]) for s in shares] if vdaf.uses_joint_rand else []
+    if agg_id == 0:
+        body = b"".join(bytes(s[:len(s) - (SEED if vdaf.uses_joint_rand else 0)]) for s in shares)
+        raw = np.frombuffer(body, dtype=np.uint8).reshape(n, -1)
+        rows, ok = F.decode(raw)
+        return rows[:vdaf.MEAS_LEN], rows[vdaf.MEAS_LEN:], blinds, ok
+    seeds = [bytes(s[:SEED]) for s in shares]
+    meas = xof.expand_rows(F, seeds, vdaf.dst(p3.USAGE_MEAS_SHARE, ctx), [bytes((agg_id,))] * n, vdaf.MEAS_LEN)
+    proofs = xof.expand_rows(F, seeds, vdaf.dst(p3.USAGE_PROOF_SHARE, ctx), [bytes((vdaf.PROOFS, agg_id))] * n,
+                             vdaf.PROOF_LEN * vdaf.PROOFS)
+    return meas, proofs, blinds, np.ones(n, dtype=bool)
+
+
+def _joint_randomness(vdaf, F, ctx, agg_id, nonces, public_shares, meas, blinds):
+    """(own joint randomness parts, corrected seeds, joint randomness rows), or
+    ([], [None] * n, None) for a circuit without joint randomness."""
+    n = len(nonces)
+    if not vdaf.uses_joint_rand:
+        return [], [None] * n, None
+    meas_bytes = F.encode(meas)
+    own_parts = xof.derive_seeds(blinds, vdaf.dst(p3.USAGE_JOINT_RAND_PART, ctx),
+                                 [bytes((agg_id,)) + x + meas_bytes[k].tobytes() for k, x in enumerate(nonces)])
+    parts = [pub[:agg_id * SEED] + own + pub[(agg_id + 1) * SEED:] for pub, own in zip(public_shares, own_parts)]
+    corrected = xof.derive_seeds([bytes(SEED)] * n, vdaf.dst(p3.USAGE_JOINT_RAND_SEED, ctx), parts)
+    joint_rands = xof.expand_rows(F, corrected, vdaf.dst(p3.USAGE_JOINT_RANDOMNESS, ctx),
+                                  [bytes((vdaf.PROOFS,))] * n, vdaf.JOINT_RAND_LEN * vdaf.PROOFS)
+    return own_parts, list(corrected), joint_rands
+
+
+def _query_proofs(vdaf, F, meas, proofs, query_rands, joint_rands):
+    """(verifier rows of all PROOFS proofs, reports whose query failed)."""
+    verifier: list = []
+    bad = np.zeros(meas.shape[1], dtype=bool)
+    pl, ql, jl = vdaf.PROOF_LEN, vdaf.QUERY_RAND_LEN, vdaf.JOINT_RAND_LEN
+    for k in range(vdaf.PROOFS):
+        jr = joint_rands[k * jl:(k + 1) * jl] if joint_rands is not None else []
+        v, b = flp.query(vdaf.valid, F, meas, proofs[k * pl:(k + 1) * pl], query_rands[k * ql:(k + 1) * ql],
+                         jr, vdaf.SHARES)
+        verifier += v
+        bad |= b
+    return verifier, bad
+
+
+def verify_init(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: int, nonces: Sequence[bytes],
+                public_shares: Sequence[bytes], input_shares: Sequence[bytes | None], *,
+                seen_nonces: Container[bytes] = frozenset()) -> tuple[VerifyState, list[bytes | None]]:
+    """Aggregator agg_id's verify_init on every report: (state, encoded verifier shares).
+    input_shares[i] is None for a helper share that did not decrypt."""
+    if len(verify_key) != p3.VERIFY_KEY_SIZE:
+        raise ValueError(f"verify_key must be {p3.VERIFY_KEY_SIZE} bytes, got {len(verify_key)}")
+    if not 0 <= agg_id < vdaf.SHARES:
+        raise ValueError(f"agg_id must be in [0, {vdaf.SHARES}), got {agg_id}")
+    if not len(nonces) == len(public_shares) == len(input_shares):
+        raise ValueError("nonces, public_shares and input_shares must have one entry per report")
+    F = vector_field(vdaf.field)
+    reasons = _screen(vdaf, agg_id, nonces, public_shares, input_shares, seen_nonces)
+    live = [i for i, r in enumerate(reasons) if r is None]
+    n = len(live)
+    out_shares = np.zeros((vdaf.OUTPUT_LEN, len(reasons)), dtype=F.dtype)
+    seeds_all: list[bytes | None] = [None] * len(reasons)
+    shares_out: list[bytes | None] = [None] * len(reasons)
+    if not n:
+        return VerifyState(vdaf, agg_id, out_shares, seeds_all, reasons), shares_out
+    nonce_l = [bytes(nonces[i]) for i in live]
+    pubs = [bytes(public_shares[i]) for i in live]
+    with np.errstate(over="ignore"):
+        meas, proofs, blinds, ok = _input_rows(vdaf, F, ctx, agg_id, [input_shares[i] for i in live])
+        query_rands = xof.expand_rows(F, [verify_key] * n, vdaf.dst(p3.USAGE_QUERY_RANDOMNESS, ctx),
+                                      [bytes((vdaf.PROOFS,)) + x for x in nonce_l], vdaf.QUERY_RAND_LEN * vdaf.PROOFS)
+        own_parts, corrected, joint_rands = _joint_randomness(vdaf, F, ctx, agg_id, nonce_l, pubs, meas, blinds)
+        verifier, bad = _query_proofs(vdaf, F, meas, proofs, query_rands, joint_rands)
+        out_rows = F.as_rows(list(vdaf.valid.truncate(F, meas)), n)
+        vs_bytes = F.encode(F.as_rows(verifier, n))
+    good = ok & ~bad
+    out_shares[:, np.asarray(live)[good]] = out_rows[:, good]
+    for k, i in enumerate(live):
+        if not ok[k]:
+            reasons[i] = Rejection.MALFORMED
+        elif bad[k]:
+            reasons[i] = Rejection.QUERY_FAILED
+        else:
+            seeds_all[i] = corrected[k]
+            shares_out[i] = vs_bytes[k].tobytes() + (own_parts[k] if vdaf.uses_joint_rand else b"")
+    return VerifyState(vdaf, agg_id, out_shares, seeds_all, reasons), shares_out
+
+
+def verifier_shares_to_message(vdaf: p3.Prio3, ctx: bytes, verifier_shares: Sequence[Sequence[bytes | None]]
+                               ) -> tuple[list[bytes | None], list[Rejection | None]]:
+    """Combine every aggregator's verifier shares (verifier_shares[agg_id][report])
+    into the verifier messages; (messages, reasons), None where rejected."""
+    if len(verifier_shares) != vdaf.SHARES:
+        raise ValueError(f"need the verifier shares of all {vdaf.SHARES} aggregators, got {len(verifier_shares)}")
+    n_all = len(verifier_shares[0])
+    if any(len(s) != n_all for s in verifier_shares):
+        raise ValueError("every aggregator's verifier shares must cover the same reports")
+    F = vector_field(vdaf.field)
+    size = vdaf.verifier_share_size()
+    reasons: list[Rejection | None] = []
+    for i in range(n_all):
+        column = [s[i] for s in verifier_shares]
+        if any(x is None for x in column):
+            reasons.append(Rejection.PEER_REJECTED)
+        elif any(len(x) != size for x in column):  # type: ignore[arg-type]
+            reasons.append(Rejection.PEER_MALFORMED)
+        else:
+            reasons.append(None)
+    live = [i for i, r in enumerate(reasons) if r is None]
+    n = len(live)
+    messages: list[bytes | None] = [None] * n_all
+    if not n:
+        return messages, reasons
+    vlen = size - (SEED if vdaf.uses_joint_rand else 0)
+    total = None
+    ok = np.ones(n, dtype=bool)
+    with np.errstate(over="ignore"):
+        for shares in verifier_shares:
+            raw = np.frombuffer(b"".join(bytes(shares[i][:vlen]) for i in live), dtype=np.uint8).reshape(n, vlen)
+            rows, canon = F.decode(raw)
+            ok &= canon
+            total = rows if total is None else F.as_rows([F.add(a, b) for a, b in zip(total, rows)], n)
+        assert total is not None
+        valid = np.ones(n, dtype=bool)
+        for k in range(vdaf.PROOFS):
+            valid &= flp.decide(vdaf.valid, F, list(total[k * vdaf.VERIFIER_LEN:(k + 1) * vdaf.VERIFIER_LEN]))
+    seeds: list[bytes] = []
+    if vdaf.uses_joint_rand:
+        binders = [b"".join(bytes(s[i][vlen:]) for s in verifier_shares) for i in live]
+        seeds = xof.derive_seeds([bytes(SEED)] * n, vdaf.dst(p3.USAGE_JOINT_RAND_SEED, ctx), binders)
+    for k, i in enumerate(live):
+        if not ok[k]:
+            reasons[i] = Rejection.PEER_MALFORMED
+        elif not valid[k]:
+            reasons[i] = Rejection.PROOF_INVALID
+        else:
+            messages[i] = seeds[k] if vdaf.uses_joint_rand else b""
+    return messages, reasons
+
+
+def verify_next(state: VerifyState, messages: Sequence[bytes | None]) -> list[Rejection | None]:
+    """The joint-randomness check for every report; updates and returns state.reasons."""
+    if len(messages) != len(state.reasons):
+        raise ValueError(f"got {len(messages)} verifier messages for {len(state.reasons)} reports")
+    for i, msg in enumerate(messages):
+        if state.reasons[i] is not None:
+            continue
+        if msg is None:
+            state.reasons[i] = Rejection.NO_MESSAGE
+        elif state.vdaf.uses_joint_rand and bytes(msg) != state.corrected_seeds[i]:
+            state.reasons[i] = Rejection.JOINT_RAND_MISMATCH
+        elif not state.vdaf.uses_joint_rand and len(msg):
+            state.reasons[i] = Rejection.MALFORMED
+    state.finished = True
+    return state.reasons
+
+
+def aggregate(state: VerifyState, include: np.ndarray | None = None) -> bytes:
+    """The encoded aggregate share of the accepted reports (and of `include`,
+    when given: e.g. the reports every aggregator accepted)."""
+    if not state.finished:
+        raise ValueError("aggregate() before verify_next(): the reports are not verified yet")
+    mask = state.accepted
+    if include is not None:
+        mask = mask & np.asarray(include, dtype=bool)
+    F = vector_field(state.vdaf.field)
+    return state.vdaf.field.encode_vec(F.sum_rows(state.out_shares, mask))
+
+
+def merge(vdaf: p3.Prio3, agg_shares: Sequence[bytes]) -> bytes:
+    """One aggregate share from several (e.g. of consecutive batches)."""
+    total = [0] * vdaf.OUTPUT_LEN
+    for share in agg_shares:
+        total = [vdaf.field.add(a, b) for a, b in zip(total, vdaf.field.decode_vec(share))]
+    return vdaf.field.encode_vec(total)
