@@ -45,7 +45,7 @@ LARGE_WINDOW = 20_000  # shuffle in a worker thread above this many reports
 def rules_for(rules: IngestRules, p: Protocol) -> IngestRules:
     """The ingest rules under protocol parameters p."""
     return dataclasses.replace(rules, eps_levels=p.eps_levels, x_min=p.x_min, x_max=p.x_max, mechanism=p.mechanism,
-                               categories=len(p.bands) + 1)
+                               categories=len(p.bands) + 1, gamma=p.gamma, beta=p.beta, rho=p.rho)
 
 
 class FogService:
@@ -180,7 +180,7 @@ class FogService:
         try:
             return validate(msg.topic, msg.payload, now_t, self.rules)
         except Rejected as err:
-            if err.reason not in ("eps_not_on_menu", "implausible_y"):
+            if err.reason not in ("eps_not_on_menu", "implausible_y", "impossible_y"):
                 raise
             first = err
         for old in self.protocol.candidates(now_t)[1:]:
