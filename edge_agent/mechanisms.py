@@ -1,10 +1,16 @@
-# The device's randomizer for a deployment's mechanism name (SPEC 2.1 BR by
-# default). Every randomizer has quantize(x), params(eps) (or BR's noise(eps)),
+# The device's table of mechanisms: name -> its randomizer class (SPEC 2.1).
+# Every randomizer has quantize(x), params(eps) (or BR's noise(eps)),
 # randomize(x, eps) -> (y, clamped) and a `bits` RandomBits; only BR ever
 # clamps. The mechanism modules are imported on first use, so a board running
-# BR keeps their code off its heap.
+# one mechanism keeps the others' code off its heap.
 #
-# Mean mechanisms: br, duchi, piecewise, hybrid (the reading in [x_min, x_max]).
+# This is the device's half of the mechanism registry: the server's half
+# (support, variance, estimators) is rase_common.mechanisms, whose table is
+# tested against this one so that the two never disagree. Adding a mechanism
+# adds one row here.
+#
+# Mean mechanisms (built over the calibration: a reading in [x_min, x_max]):
+#   br, duchi, piecewise, hybrid.
 # Report kinds beyond the mean (issue 12):
 #   binary: on/off (reading > on_above), randomized response (binary_rr);
 #   categorical: the band of the reading among `bands` edges, kRR or OUE,
@@ -12,9 +18,20 @@
 
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 
+# (name, module in edge_agent, class, what the randomizer is built over)
+RANDOMIZERS = (
+    ("br", "randomizer", "BudgetRandomizer", "calibration"),
+    ("duchi", "duchi", "DuchiRandomizer", "calibration"),
+    ("piecewise", "piecewise", "PiecewiseRandomizer", "calibration"),
+    ("hybrid", "piecewise", "HybridRandomizer", "calibration"),
+    ("binary", "binary_rr", "OnOffRandomizer", "on_above"),
+    ("categorical", "categorical", "BandRandomizer", "bands"),
+)
+# The paper's BR. The one place the deployment default is set (docs/evaluation.md
+# "The default mechanism" gives the measurements behind it).
 DEFAULT_MECHANISM = "br"
-MEAN_MECHANISMS = ("br", "duchi", "piecewise", "hybrid")
-MECHANISMS = MEAN_MECHANISMS + ("binary", "categorical")
+MECHANISMS = tuple(r[0] for r in RANDOMIZERS)
+MEAN_MECHANISMS = tuple(r[0] for r in RANDOMIZERS if r[3] == "calibration")
 
 
 def check_mechanism(name):
@@ -24,23 +41,28 @@ def check_mechanism(name):
     return name
 
 
+def randomizer_row(name):
+    """(name, module, class, built over) of a known mechanism."""
+    check_mechanism(name)
+    for row in RANDOMIZERS:
+        if row[0] == name:
+            return row
+
+
+def randomizer_class(name):
+    """The device randomizer class of a mechanism (its module imported now)."""
+    _, module, cls, _ = randomizer_row(name)
+    mod = __import__("edge_agent." + module, None, None, (cls,))
+    return getattr(mod, cls)
+
+
 def make_randomizer(mechanism, calibration, bits=None, on_above=DEFAULT_ON_ABOVE, bands=None):
     """A fresh randomizer of the named mechanism over calibration (mean
     mechanisms), on_above (binary) or bands (categorical)."""
-    check_mechanism(mechanism)
-    if mechanism == "binary":
-        from edge_agent.binary_rr import OnOffRandomizer
-        return OnOffRandomizer(on_above, bits)
-    if mechanism == "categorical":
-        from edge_agent.categorical import BandRandomizer
-        return BandRandomizer(DEFAULT_BANDS if bands is None else bands, bits)
-    if mechanism == "br":
-        from edge_agent.randomizer import BudgetRandomizer
-        return BudgetRandomizer(calibration, bits)
-    if mechanism == "duchi":
-        from edge_agent.duchi import DuchiRandomizer
-        return DuchiRandomizer(calibration, bits)
-    from edge_agent.piecewise import HybridRandomizer, PiecewiseRandomizer
-    if mechanism == "piecewise":
-        return PiecewiseRandomizer(calibration, bits)
-    return HybridRandomizer(calibration, bits)
+    over = randomizer_row(mechanism)[3]
+    cls = randomizer_class(mechanism)
+    if over == "on_above":
+        return cls(on_above, bits)
+    if over == "bands":
+        return cls(DEFAULT_BANDS if bands is None else bands, bits)
+    return cls(calibration, bits)

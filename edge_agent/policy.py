@@ -7,7 +7,8 @@
 # eps is bounded elsewhere: the device never uses a menu level above its own
 # configured eps (AgentCore.eps).
 
-from edge_agent.mechanisms import MECHANISMS as KNOWN_MECHANISMS
+from edge_agent.mechanisms import DEFAULT_MECHANISM, MECHANISMS as KNOWN_MECHANISMS
+
 # Grid steps over the range: beyond this the exact sampler's integers grow
 # past what small boards handle well (and a hostile range/grid pair is refused).
 MAX_GRID_STEPS = 1 << 24
@@ -64,5 +65,5 @@ class LocalPolicy:
         if msg["x_max"] > msg["x_min"] and (msg["x_max"] - msg["x_min"]) / msg["gamma"] > self.max_grid_steps:
             raise ValueError("range / gamma = %r grid steps is more than this device handles (%d)"
                              % ((msg["x_max"] - msg["x_min"]) / msg["gamma"], self.max_grid_steps))
-        if msg.get("mechanism", "br") not in self.mechanisms:
+        if msg.get("mechanism", DEFAULT_MECHANISM) not in self.mechanisms:
             raise ValueError("mechanism %r is not allowed on this device %r" % (msg.get("mechanism"), self.mechanisms))

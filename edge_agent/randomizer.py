@@ -79,11 +79,23 @@ class Calibration:
                 "x_max": self.x_max, "gamma": self.gamma}
 
 
+def laplace_noise(calibration, eps):
+    """BR's noise at eps: a discrete Laplace in grid steps with scale
+    K / eps_floor >= K / eps (its parameters only; no randomness drawn)."""
+    _check("eps", eps, eps > 0, "> 0")
+    units = eps_units_floor(eps)
+    if units < 1:
+        raise ValueError("eps must be >= 1/%d, got %r" % (EPS_UNITS, eps))
+    return DiscreteLaplace(calibration.grid_max * EPS_UNITS, units)
+
+
 class BudgetRandomizer:
     """BR. randomize(x, eps) -> (y, clamped).
 
     bits: a RandomBits (default: fresh one over os.urandom).
     """
+
+    mechanism = "br"
 
     def __init__(self, calibration, bits=None):
         self.cal = calibration
@@ -94,12 +106,7 @@ class BudgetRandomizer:
         """The discrete Laplace (in grid steps) used for eps; cached per eps."""
         d = self._noise.get(eps)
         if d is None:
-            _check("eps", eps, eps > 0, "> 0")
-            units = eps_units_floor(eps)
-            if units < 1:
-                raise ValueError("eps must be >= 1/%d, got %r" % (EPS_UNITS, eps))
-            d = DiscreteLaplace(self.cal.grid_max * EPS_UNITS, units)
-            self._noise[eps] = d
+            d = self._noise[eps] = laplace_noise(self.cal, eps)
         return d
 
     def effective_eps(self, eps):

@@ -3,21 +3,24 @@ reason (SPEC 4). Pure: no I/O, no clock of its own."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from edge_agent.categorical import choose_oracle
 from rase_common.errors import ProtocolError
+from edge_agent.mechanisms import DEFAULT_MECHANISM
+from rase_common.mechanisms import Setting, mechanism
 from rase_common.protocol.report import MAX_REPORT_BYTES, Report
 from rase_common.protocol.topics import parse_report_topic
 
+# impossible_y: not a report the deployment's mechanism can output at that eps
+# (rase_common.mechanisms: Duchi's two values, PM's grid, BR's grid and clamp
+# range, a bit, a category or mask); implausible_y: an output of BR without
+# clamping, but beyond the stated tail (rase_common.mechanisms.br.REPORT_TAIL).
 REASONS = ("oversized", "bad_topic", "malformed_json", "wrong_type", "non_finite", "unknown_device",
-           "t_out_of_range", "implausible_y", "eps_not_on_menu")
-# A report further than this many noise scales outside [x_min, x_max] cannot
-# come from BR (probability < e^-50) and is rejected.
-PLAUSIBLE_SCALES = 50.0
+           "t_out_of_range", "implausible_y", "eps_not_on_menu", "impossible_y")
 
 
 class Rejected(ProtocolError):
@@ -35,7 +38,7 @@ class Accepted:
     t: int
     y: float
     eps: float
-    mechanism: str = "br"          # the device mechanism the report was checked against
+    mechanism: str = DEFAULT_MECHANISM   # the device mechanism the report was checked against
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,11 @@ class IngestRules:
     x_max: float
     lateness_periods: int          # how far behind the fog's clock a report's t may be
     max_bytes: int = MAX_REPORT_BYTES
-    mechanism: str = "br"          # what the devices report (edge_agent.mechanisms)
+    mechanism: str = DEFAULT_MECHANISM   # what the devices report (edge_agent.mechanisms)
     categories: int = 4            # categorical: len(bands) + 1
+    gamma: float = 1.0             # the grid (the control message's), for the exact output sets
+    beta: float = 0.5              # BR's precision: it clamps below eps_star(beta, rho, x_min, x_max)
+    rho: float = 0.9
 
 
 def _rejection(err: ValidationError) -> Rejected:
@@ -88,20 +94,28 @@ def validate(topic: str, payload: bytes, now_t: int, rules: IngestRules) -> Acce
         raise Rejected("t_out_of_range", f"t={rep.t} now={now_t}")
     if rep.eps not in rules.eps_levels:
         raise Rejected("eps_not_on_menu", f"eps={rep.eps}")
-    if not possible_y(rep.y, rep.eps, rules):
-        raise Rejected("implausible_y", f"y={rep.y}")
+    why = y_rejection(rep.y, rep.eps, rules)
+    if why:
+        raise Rejected(why, f"y={rep.y}")
     return Accepted(region, device, rep.t, float(rep.y), float(rep.eps), rules.mechanism)
 
 
 def possible_y(y: float, eps: float, rules: IngestRules) -> bool:
-    """Whether the devices' mechanism can output y at eps: a bit for binary;
-    a category (kRR) or a k-bit mask (OUE), as choose_oracle picks, for
-    categorical; for mean mechanisms, within PLAUSIBLE_SCALES noise scales."""
-    if rules.mechanism == "binary":
-        return y in (0, 1)
-    if rules.mechanism == "categorical":
-        k = rules.categories
-        top = k if choose_oracle(k, eps) == "krr" else 1 << k
-        return y == int(y) and 0 <= y < top
-    margin = PLAUSIBLE_SCALES * (rules.x_max - rules.x_min) / eps
-    return rules.x_min - margin <= y <= rules.x_max + margin
+    """Whether the devices' mechanism can output y at eps (y_rejection is None)."""
+    return y_rejection(y, eps, rules) is None
+
+
+def y_rejection(y: float, eps: float, rules: IngestRules) -> str | None:
+    """None when y is an output of the deployment's mechanism at eps, else the
+    reason (impossible_y, implausible_y): the registry entry's exact support."""
+    return _support(rules.mechanism, eps, rules.x_min, rules.x_max, rules.gamma, rules.beta, rules.rho,
+                    rules.categories).reason(y)
+
+
+@functools.lru_cache(maxsize=1024)
+def _support(name: str, eps: float, x_min: float, x_max: float, gamma: float, beta: float, rho: float,
+             categories: int):
+    # A categorical support depends on the number of bands only, not on their edges.
+    setting = Setting(x_min=x_min, x_max=x_max, gamma=gamma, beta=beta, rho=rho,
+                      bands=tuple(float(j) for j in range(categories - 1)))
+    return mechanism(name).support(setting, eps)

@@ -27,6 +27,9 @@ class Protocol:
     x_min: float
     x_max: float
     mechanism: str = DEFAULT_MECHANISM     # the devices' mechanism (edge_agent.mechanisms)
+    gamma: float = 1.0                     # the grid, and BR's precision (beta, rho): what a report
+    beta: float = 0.5                      # can be depends on them (rase_common.mechanisms support)
+    rho: float = 0.9
     on_above: float = DEFAULT_ON_ABOVE     # binary: on when the reading is above
     bands: tuple[float, ...] = tuple(DEFAULT_BANDS)   # categorical: band edges
 
@@ -36,6 +39,8 @@ class Protocol:
         return cls(period_s=float(msg["period_s"]), epoch0=float(msg.get("epoch0", current.epoch0)),
                    eps_levels=tuple(sorted(set(float(e) for e in msg["eps_levels"]))),
                    x_min=float(msg["x_min"]), x_max=float(msg["x_max"]), mechanism=msg.get("mechanism", DEFAULT_MECHANISM),
+                   gamma=float(msg.get("gamma", current.gamma)), beta=float(msg.get("beta", current.beta)),
+                   rho=float(msg.get("rho", current.rho)),
                    on_above=float(msg.get("on_above", DEFAULT_ON_ABOVE)),
                    bands=tuple(msg.get("bands", DEFAULT_BANDS)))
 
@@ -83,4 +88,4 @@ class ProtocolFollower:
 def rules_for(rules: IngestRules, p: Protocol) -> IngestRules:
     """The ingest rules under protocol parameters p."""
     return dataclasses.replace(rules, eps_levels=p.eps_levels, x_min=p.x_min, x_max=p.x_max, mechanism=p.mechanism,
-                               categories=len(p.bands) + 1)
+                               categories=len(p.bands) + 1, gamma=p.gamma, beta=p.beta, rho=p.rho)

@@ -264,7 +264,7 @@ class FogService(Service):
         try:
             return validate(msg.topic, msg.payload, now_t, self.rules)
         except Rejected as err:
-            if err.reason not in ("eps_not_on_menu", "implausible_y"):
+            if err.reason not in ("eps_not_on_menu", "implausible_y", "impossible_y"):
                 raise
             first = err
         for old in self.protocol.candidates(now_t)[1:]:

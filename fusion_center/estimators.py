@@ -27,37 +27,24 @@ Every estimate carries n and a confidence interval at `level`:
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
+from rase_common.mechanisms.base import Estimate, Setting, z_quantile
+from rase_common.mechanisms.br import corrected as br_corrected, noise_q as br_noise_q
+from rase_common.mechanisms.br import mean_variance as br_mean_variance
 
-@dataclass(frozen=True)
-class Estimate:
-    value: float
-    lo: float
-    hi: float
-    n: int
-
-    def as_dict(self) -> dict:
-        return {"value": self.value, "ci": [self.lo, self.hi], "n": self.n}
+__all__ = ["Estimate", "br_corrected", "br_noise_q", "br_mean_variance", "unbiased_mean", "sample_mean", "mle",
+           "weighted_median", "weighted_quantile", "bootstrap", "bootstrap_counts", "bootstrap_from_counts",
+           "count_resample_means", "grid_value_counts", "br_bootstrap", "br_value_counts", "bootstrap_unbiased",
+           "unbiased_value_counts", "windowed"]
 
 
 def _z(level: float) -> float:
-    if not 0 < level < 1:
-        raise ValueError(f"confidence level must be in (0, 1), got {level!r}")
-    return _normal_quantile(0.5 + level / 2)
-
-
-@functools.lru_cache(maxsize=64)
-def _normal_quantile(p: float) -> float:
-    # scipy's ppf costs ~0.1 ms a call; an aggregate asks for the same level several times per timestamp.
-    return float(stats.norm.ppf(p))
+    return z_quantile(level)
 
 
 def _as_array(z) -> np.ndarray:
@@ -72,8 +59,21 @@ def _as_array(z) -> np.ndarray:
 def sample_mean(z, level: float = 0.95) -> Estimate:
     a = _as_array(z)
     m = float(a.mean())
-    half = _z(level) * float(a.std(ddof=1)) / math.sqrt(a.size) if a.size > 1 else math.inf
-    return Estimate(m, m - half, m + half, a.size)
+    var = float(a.var(ddof=1)) / a.size if a.size > 1 else math.inf
+    half = _z(level) * math.sqrt(var)
+    return Estimate(m, m - half, m + half, a.size, "normal-sample-variance", var)
+
+
+def unbiased_mean(z, eps_per_value, cal, level: float = 0.95) -> Estimate:
+    """`mean` of BR reports (rase_common.mechanisms.br): unbiased for the mean
+    of the clipped (quantized) readings whatever eps, clamped or not."""
+    from rase_common.mechanisms.br import BR_MECHANISM
+
+    a = _as_array(z)
+    e = np.asarray(eps_per_value, dtype=np.float64)
+    if e.shape != a.shape:
+        raise ValueError("one eps per report is needed")
+    return BR_MECHANISM.estimate({float(v): a[e == v] for v in np.unique(e)}, Setting.of(cal), level).named["mean"]
 
 
 def weighted_quantile(z: np.ndarray, w: np.ndarray, q: float) -> float:
@@ -109,7 +109,7 @@ def mle(z, lam, level: float = 0.95) -> Estimate:
     spread = _z(level) * math.sqrt(float(np.sum(w * w))) / (2 * float(np.sum(w)))
     lo = weighted_quantile(a, w, max(0.0, 0.5 - spread))
     hi = weighted_quantile(a, w, min(1.0, 0.5 + spread))
-    return Estimate(m, min(lo, m), max(hi, m), a.size)
+    return Estimate(m, min(lo, m), max(hi, m), a.size, "order-statistic")
 
 
 BLOCK_ELEMENTS = 262_144     # indices drawn per block: 1 MB of int32 and 2 MB of gathered values stay in cache,
@@ -145,79 +145,7 @@ def bootstrap(z, b: int = 1000, level: float = 0.95, rng: np.random.Generator | 
     else:
         means = _resample_means(a, b, rng)
     lo, hi = np.quantile(means, [0.5 - level / 2, 0.5 + level / 2])
-    return Estimate(float(means.mean()), float(lo), float(hi), a.size)
-
-
-def br_noise_q(cal, eps: float) -> float:
-    """q of the discrete Laplace the agent actually uses at eps under `cal`
-    (its rounding of eps and of the scale included): P(Z = z) ~ q^|z| in grid steps."""
-    from edge_agent.randomizer import BudgetRandomizer
-
-    d = BudgetRandomizer(cal, bits=_NO_BITS).noise(eps)
-    return math.exp(-d.s / d.t)
-
-
-class _NoBits:
-    """Stands in for a bit source where only the noise parameters are read."""
-
-    def __getattr__(self, name):
-        raise RuntimeError("no randomness is drawn here")
-
-
-_NO_BITS = _NoBits()
-
-
-def br_corrected(z, eps_per_value, cal) -> np.ndarray:
-    """Each BR report replaced by its conditional expectation where it was
-    clamped (levels with eps < eps_star); unbiased for the quantized reading."""
-    a = _as_array(z).copy()
-    e = np.asarray(eps_per_value, dtype=np.float64)
-    if e.shape != a.shape:
-        raise ValueError("one eps per report is needed")
-    m = np.rint((a - cal.x_min) / cal.gamma)       # grid index of each report
-    # A clamped top report is sent as min(x_min + K gamma, x_max), which is off
-    # the grid when gamma does not divide the range.
-    top = (m >= cal.grid_max) | (a >= cal.x_max - 1e-9 * max(1.0, abs(cal.x_max)))
-    bottom = m <= 0
-    for level in np.unique(e):
-        if level >= cal.eps_star:
-            continue                               # this level was not clamped: its reports are unbiased
-        q = br_noise_q(cal, float(level))
-        tail = q / (1.0 - q)
-        sel = e == level
-        a[sel & top] = cal.x_min + cal.gamma * (cal.grid_max + tail)
-        a[sel & bottom] = cal.x_min - cal.gamma * tail
-    return a
-
-
-def br_mean_variance(corrected: np.ndarray, eps_per_value, cal) -> float:
-    """Variance of the mean of the corrected reports. For levels that were
-    not clamped the noise variance is known exactly (discrete Laplace:
-    2 q / (1 - q)^2 grid steps squared per report) and the readings are fixed,
-    so that is all of it; for clamped levels the corrected reports' sample
-    variance (dominated by the noise) stands in."""
-    e = np.asarray(eps_per_value, dtype=np.float64)
-    n = corrected.size
-    total = 0.0
-    for level in np.unique(e):
-        sel = corrected[e == level]
-        if level >= cal.eps_star:
-            q = br_noise_q(cal, float(level))
-            total += sel.size * cal.gamma ** 2 * 2 * q / (1 - q) ** 2
-        elif sel.size > 1:
-            total += sel.size * float(sel.var(ddof=1))
-        else:
-            return math.inf
-    return total / n ** 2
-
-
-def unbiased_mean(z, eps_per_value, cal, level: float = 0.95) -> Estimate:
-    """`mean`: unbiased for the mean of the clipped (quantized) readings, with
-    a normal interval from its own variance (br_mean_variance)."""
-    c = br_corrected(z, eps_per_value, cal)
-    m = float(c.mean())
-    half = _z(level) * math.sqrt(br_mean_variance(c, eps_per_value, cal))
-    return Estimate(m, m - half, m + half, c.size)
+    return Estimate(float(means.mean()), float(lo), float(hi), a.size, "bootstrap-percentile", float(means.var()))
 
 
 EXACT_DISTINCT = 64           # values drawn by an exact multinomial in every resample
@@ -280,7 +208,8 @@ def bootstrap_from_counts(values: np.ndarray, counts: np.ndarray, b: int = 1000,
     Cost O(B x (h + 1)) instead of O(B x n)."""
     means = count_resample_means(values, counts, b, rng, split)
     lo, hi = np.quantile(means, [0.5 - level / 2, 0.5 + level / 2])
-    return Estimate(float(means.mean()), float(lo), float(hi), int(np.sum(counts)))
+    return Estimate(float(means.mean()), float(lo), float(hi), int(np.sum(counts)), "bootstrap-percentile",
+                    float(means.var()))
 
 
 BERRY_ESSEEN_C = 0.4748          # Shevtsova (2011), i.i.d. summands
@@ -341,27 +270,44 @@ def count_resample_means(values, counts, b: int, rng: np.random.Generator | None
     return (draws[:, :-1] @ values[head] + tail_sum) / n
 
 
-def br_bootstrap(reports_by_level: dict[float, np.ndarray], cal, b: int = 1000, level: float = 0.95,
-                 rng: np.random.Generator | None = None) -> Estimate:
-    """`bs` for BR reports: the bootstrap of the unbiased mean. The distinct
-    reports of each eps level are counted on the BR grid (they lie on it),
-    each distinct report is corrected by br_corrected (an elementwise map, so
-    the same as correcting every report), and counts are resampled
-    (bootstrap_from_counts), or indices where that is cheaper."""
-    u, c = br_value_counts(reports_by_level, cal)
+def bootstrap_unbiased(reports_by_level: dict[float, np.ndarray], mech, setting, b: int = 1000,
+                       level: float = 0.95, rng: np.random.Generator | None = None) -> Estimate:
+    """`bs`: the bootstrap of a mechanism's unbiased mean. The distinct reports
+    of each eps level are counted on the grid (reports mostly lie on it), each
+    distinct report is mapped to its unbiased value by the mechanism
+    (`unbiased_values`: BR's clamp correction; the report itself otherwise; an
+    elementwise map, so the same as mapping every report), and counts are
+    resampled (bootstrap_from_counts), or indices where that is cheaper."""
+    u, c = unbiased_value_counts(reports_by_level, mech, setting)
     return _bootstrap_distinct(u, c, b, level, rng, lambda: np.repeat(u, c))
 
 
-def br_value_counts(reports_by_level: dict[float, np.ndarray], cal) -> tuple[np.ndarray, np.ndarray]:
-    """The corrected reports (br_corrected) as distinct values per eps level
-    and their counts (a value may repeat across levels)."""
+def unbiased_value_counts(reports_by_level: dict[float, np.ndarray], mech, setting) -> tuple[np.ndarray, np.ndarray]:
+    """The unbiased values of the reports as distinct values per eps level and
+    their counts (a value may repeat across levels)."""
+    cal = setting.calibration
     values, counts = [], []
     for eps, z in reports_by_level.items():
         a = _as_array(z)
         u, c = grid_value_counts(a, cal.gamma, cal.x_min) or np.unique(a, return_counts=True)
-        values.append(br_corrected(u, np.full(u.size, float(eps)), cal))
+        values.append(mech.unbiased_values(u, float(eps), setting))
         counts.append(c)
     return np.concatenate(values), np.concatenate(counts)
+
+
+def br_bootstrap(reports_by_level: dict[float, np.ndarray], cal, b: int = 1000, level: float = 0.95,
+                 rng: np.random.Generator | None = None) -> Estimate:
+    """`bs` for BR reports (bootstrap_unbiased with BR's clamp correction)."""
+    from rase_common.mechanisms.br import BR_MECHANISM
+
+    return bootstrap_unbiased(reports_by_level, BR_MECHANISM, Setting.of(cal), b, level, rng)
+
+
+def br_value_counts(reports_by_level: dict[float, np.ndarray], cal) -> tuple[np.ndarray, np.ndarray]:
+    """The corrected BR reports (br_corrected) as distinct values per eps level and their counts."""
+    from rase_common.mechanisms.br import BR_MECHANISM
+
+    return unbiased_value_counts(reports_by_level, BR_MECHANISM, Setting.of(cal))
 
 
 def _bootstrap_distinct(u: np.ndarray, c: np.ndarray, b: int, level: float, rng, reports) -> Estimate:
@@ -393,7 +339,12 @@ def bootstrap_counts(z, b: int = 1000, level: float = 0.95, rng: np.random.Gener
 
 
 def windowed(per_t: dict[int, Estimate], t_q: int, w: int, level: float = 0.95) -> dict:
-    """Win(t_q, w) from the per-timestamp estimates that exist in t_q-w+1..t_q."""
+    """Win(t_q, w) from the per-timestamp estimates that exist in t_q-w+1..t_q.
+
+    The per-timestamp estimates are independent, so the variance of their
+    average is the sum of their variances over m^2: each estimate's own
+    (unclipped) `var`, or, for one restored without it, its interval's
+    half-width over z (its interval may be clipped, so this is a fallback)."""
     if w < 1:
         raise ValueError(f"window length w must be >= 1, got {w}")
     present = [per_t[t] for t in range(t_q - w + 1, t_q + 1) if t in per_t]
@@ -401,5 +352,7 @@ def windowed(per_t: dict[int, Estimate], t_q: int, w: int, level: float = 0.95) 
         return {"value": None, "ci": None, "present": 0, "w": w}
     m = len(present)
     value = sum(e.value for e in present) / m
-    half = math.sqrt(sum(((e.hi - e.lo) / 2) ** 2 for e in present)) / m
+    z = _z(level)
+    var = sum(e.var if e.var is not None else ((e.hi - e.lo) / (2 * z)) ** 2 for e in present) / m ** 2
+    half = z * math.sqrt(var)
     return {"value": value, "ci": [value - half, value + half], "present": m, "w": w}

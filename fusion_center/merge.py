@@ -7,13 +7,11 @@ from collections import Counter
 
 import numpy as np
 
-from rase_common.protocol.window import WindowMessage
-from fusion_center.estimators import (Estimate, bootstrap_counts, br_bootstrap, mle, sample_mean, unbiased_mean,
-                                      windowed)
-from fusion_center.counts import on_count
-from fusion_center.frequencies import band_frequencies
-from rase_common.protocol.aggregate import BINARY_MEANING, CATEGORICAL_MEANING, Aggregate, EstimateOut, WindowedOut
+from fusion_center.estimators import Estimate, bootstrap_unbiased, mle, sample_mean, windowed
+from rase_common.mechanisms import Estimates, Mechanism, Setting, mechanism
+from rase_common.protocol.aggregate import Aggregate, EstimateOut, WindowedOut
 from rase_common.protocol.control import ControlMessage
+from rase_common.protocol.window import WindowMessage
 
 ESTIMATORS = ("mean", "bs", "se", "mle", "count")   # every name an aggregate's estimates may carry
 
@@ -55,12 +53,48 @@ class TimestampMerger:
         return [w for _, w in sorted(self.pending.pop(t, {}).items())]
 
 
+# The paper's estimators, published where the mechanism lists them (Mechanism.extras).
+EXTRA_MEANING = {
+    "bs": "bootstrap of the same unbiased mean; percentile interval",
+    "se": "the paper's sample mean of the reports: the mean of the CLAMPED reports, biased when clamped",
+    "mle": "a MEDIAN, not a mean: the paper's weighted median (eq. 14) of the noisy reports, near the readings' "
+           "median; its interval is an order-statistic interval for the median of the reports",
+}
+
+
+def _extra(name: str, mech: Mechanism, by_level: dict[float, np.ndarray], setting: Setting, level: float,
+           bootstrap_b: int, rng) -> Estimate:
+    cal = setting.calibration
+    z = np.concatenate(list(by_level.values()))
+    if name == "bs":
+        return bootstrap_unbiased(by_level, mech, setting, bootstrap_b, level, rng)
+    if name == "se":
+        return sample_mean(z, level)
+    eps = np.concatenate([np.full(v.size, e) for e, v in by_level.items()])
+    return mle(z, cal.delta / eps, level)
+
+
+def estimate_reports(kind: str, by_level: dict[float, np.ndarray], setting: Setting, *, level: float = 0.95,
+                     bootstrap_b: int = 1000, rng: np.random.Generator | None = None
+                     ) -> tuple[Estimates, dict[str, Estimate], dict[str, str]]:
+    """The estimates of one timestamp's reports of one kind, by eps level: the
+    mechanism's own (registry) plus the paper's estimators it lists; returns
+    (the mechanism's Estimates, every named estimate, what each estimates)."""
+    mech = mechanism(kind)
+    out = mech.estimate(by_level, setting, level)
+    est = dict(out.named)
+    for name in mech.extras:
+        est[name] = _extra(name, mech, by_level, setting, level, bootstrap_b, rng)
+    return out, est, dict(out.meaning) | {name: EXTRA_MEANING[name] for name in mech.extras}
+
+
 def aggregate(t: int, windows: list[WindowMessage], precision: ControlMessage, known_regions: set[str], *,
               level: float = 0.95, bootstrap_b: int = 1000, history: dict[str, dict[int, Estimate]] | None = None,
               windows_w: tuple[int, ...] = (), rng: np.random.Generator | None = None) -> tuple[Aggregate, dict]:
-    """Estimates for one timestamp. `history` maps history_key(kind, estimator)
-    -> {t: Estimate} of earlier timestamps (for windowed averages); the new
-    ones are returned alongside so the caller can extend it (under
+    """Estimates for one timestamp, by the registry entry of the kind of
+    report (rase_common.mechanisms). `history` maps history_key(kind,
+    estimator) -> {t: Estimate} of earlier timestamps (for windowed averages);
+    the new ones are returned alongside so the caller can extend it (under
     history_key(agg.mechanism, name))."""
     # Estimate the reports as what they are (each batch's kind): the deployment's
     # mechanism, or around a change of it the kind most reports have; others are counted.
@@ -69,40 +103,15 @@ def aggregate(t: int, windows: list[WindowMessage], precision: ControlMessage, k
         for b in w.batches:
             kinds[b.kind] += len(b.values)
     kind = precision.mechanism if precision.mechanism in kinds else kinds.most_common(1)[0][0]
-    batches = [b for w in windows for b in w.batches if b.kind == kind]
-    z = np.concatenate([np.asarray(b.values, dtype=np.float64) for b in batches])
-    eps = np.concatenate([np.full(len(b.values), float(b.eps)) for b in batches])
     by_level: dict[float, np.ndarray] = {}
-    for b in batches:
-        v = np.asarray(b.values, dtype=np.float64)
-        by_level[float(b.eps)] = np.concatenate([by_level[float(b.eps)], v]) if float(b.eps) in by_level else v
-    cal = precision.calibration()
-    extra: dict = {"mechanism": kind, "other_kind_reports": sum(kinds.values()) - kinds[kind]}
-    clamped, at_bound = False, 0.0
-    if kind in ("binary", "categorical"):
-        if kind == "binary":
-            count = on_count(by_level, level)
-            n = count.n
-            est = {"count": count, "mean": Estimate(count.value / n, count.lo / n, count.hi / n, n)}
-            extra["what"] = BINARY_MEANING
-        else:
-            freqs = band_frequencies(by_level, len(precision.bands) + 1, level)
-            est = {}
-            extra["what"] = CATEGORICAL_MEANING
-            extra["frequencies"] = [EstimateOut(value=e.value, ci=(e.lo, e.hi), n=e.n) for e in freqs]
-    else:
-        lam = cal.delta / eps
-        if kind == "br":
-            # BR clamps below eps_star: each clamped report is replaced by its exact conditional expectation.
-            mean = unbiased_mean(z, eps, cal, level)
-            bs = br_bootstrap(by_level, cal, bootstrap_b, level, rng)
-            clamped = bool(np.any(eps < cal.eps_star))
-        else:
-            # Duchi, Piecewise and Hybrid reports are each unbiased for the clipped reading already.
-            mean = sample_mean(z, level)
-            bs = bootstrap_counts(z, bootstrap_b, level, rng=rng, step=cal.gamma, origin=cal.x_min)
-        est = {"mean": mean, "bs": bs, "se": sample_mean(z, level), "mle": mle(z, lam, level)}
-        at_bound = float(np.mean((z == cal.x_min) | (z == cal.x_max)))
+    for w in windows:
+        for b in w.batches:
+            if b.kind == kind:
+                v = np.asarray(b.values, dtype=np.float64)
+                e = float(b.eps)
+                by_level[e] = np.concatenate([by_level[e], v]) if e in by_level else v
+    out, est, what = estimate_reports(kind, by_level, Setting.of(precision), level=level, bootstrap_b=bootstrap_b,
+                                      rng=rng)
     win: dict[str, dict[str, WindowedOut]] = {}
     hist = history or {}
     for w in windows_w:
@@ -115,7 +124,14 @@ def aggregate(t: int, windows: list[WindowMessage], precision: ControlMessage, k
     regions = sorted(w.region for w in windows)
     privacy = [{"region": w.region, "eps0": b.eps, "reports": len(b.values), **(b.guarantee or {})}
                for w in windows for b in w.batches]
-    agg = Aggregate(t=t, n=int(z.size), regions=regions, complete=known_regions <= set(regions), level=level,
-                    estimates={k: EstimateOut(value=e.value, ci=(e.lo, e.hi), n=e.n) for k, e in est.items()},
-                    clamped=clamped, share_at_bound=at_bound, windowed=win, privacy=privacy, **extra)
+    agg = Aggregate(t=t, n=sum(v.size for v in by_level.values()), regions=regions,
+                    complete=known_regions <= set(regions), level=level,
+                    estimates={k: _out(e) for k, e in est.items()}, what=what, mechanism=kind,
+                    other_kind_reports=sum(kinds.values()) - kinds[kind],
+                    frequencies=[_out(e) for e in out.frequencies], clamped=out.clamped,
+                    share_at_bound=out.share_at_bound, windowed=win, privacy=privacy)
     return agg, est
+
+
+def _out(e: Estimate) -> EstimateOut:
+    return EstimateOut(value=e.value, ci=(e.lo, e.hi), n=e.n, method=e.method or None)

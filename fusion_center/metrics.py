@@ -45,7 +45,7 @@ class FusionMetrics:
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         start_http_server(port, addr=host, registry=self.registry)
 
-    def show_aggregate(self, agg, estimates: dict) -> None:  # noqa: ANN001 - fusion_center.schema.Aggregate
+    def show_aggregate(self, agg, estimates: dict) -> None:  # noqa: ANN001 - rase_common.protocol.aggregate.Aggregate
         """The newest stored aggregate (agg) and its estimates, for dashboards and alerts."""
         for name, e in estimates.items():
             for bound, v in (("value", e.value), ("lo", e.lo), ("hi", e.hi)):

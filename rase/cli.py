@@ -306,7 +306,7 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
           f"{'Laplace floor':>14} {'Duchi floor':>12} {'clip bias':>10}")
     for e in res.eps:
         fl = res.table[e].get("floors")
-        for k in ("mean", "bs", "se", "mle"):
+        for k in [k for k in ("mean", "bs", "se", "mle") if k in res.table[e]]:   # what the mechanism publishes
             r = res.table[e][k]
             cov = f"{r['coverage']:.3f}" if "coverage" in r else "-"
             floors = (f"{fl['laplace_mae']:>14.1f} {fl['duchi_mae']:>12.1f} {fl['clip_bias']:>10.2f}"

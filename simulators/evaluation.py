@@ -22,8 +22,9 @@ import numpy as np
 
 from edge_agent.entropy import RandomBits
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
-from edge_agent.randomizer import BudgetRandomizer, Calibration
-from fusion_center.estimators import bootstrap, bootstrap_counts, br_corrected, mle, sample_mean, unbiased_mean
+from edge_agent.randomizer import Calibration
+from fusion_center.merge import estimate_reports
+from rase_common.mechanisms import Setting, mechanism
 from simulators.pipeline import Device, fleet, truth
 from simulators.refit import epoch0_of, grid_readings, load_house
 
@@ -41,12 +42,14 @@ def readings_matrix(devices: list[Device], epoch0: float, period_s: float, t0: i
 
 
 def simulate_estimates(x: np.ndarray, eps: float, cal: Calibration, *, k_min: int = 10, bootstrap_b: int = 1000,
-                       seed: int | None = None, level: float = 0.95) -> dict[str, np.ndarray]:
+                       seed: int | None = None, level: float = 0.95, mechanism_name: str = "br"
+                       ) -> dict[str, np.ndarray]:
     """Per-timestamp estimates (and their interval bounds, key + "_lo"/"_hi")
-    from BR reports of readings x (devices x t, NaN = no report)."""
+    from the reports of readings x (devices x t, NaN = no report), drawn by the
+    mechanism's device randomizer and estimated as the fusion center does."""
     rng = np.random.default_rng(seed)
-    br = BudgetRandomizer(cal, RandomBits(read=seeded_bytes(rng) if seed is not None else None))
-    lam = br.lambda_(eps)
+    setting = Setting.of(cal)
+    r = mechanism(mechanism_name).randomizer(setting, RandomBits(read=seeded_bytes(rng) if seed is not None else None))
     n_t = x.shape[1]
     out = {k + sfx: np.full(n_t, np.nan) for k in ESTIMATORS for sfx in ("", "_lo", "_hi")}
     out["n"] = np.zeros(n_t, dtype=int)
@@ -56,11 +59,8 @@ def simulate_estimates(x: np.ndarray, eps: float, cal: Calibration, *, k_min: in
         col = col[~np.isnan(col)]
         if col.size < k_min:
             continue   # the fog suppresses windows under k_min
-        z = np.array([br.randomize(float(v), eps)[0] for v in col])
-        e_per = np.full(z.size, eps)
-        est = {"mean": unbiased_mean(z, e_per, cal, level),
-               "bs": bootstrap_counts(br_corrected(z, e_per, cal), bootstrap_b, level, rng=rng),
-               "se": sample_mean(z, level), "mle": mle(z, lam, level)}
+        z = np.array([r.randomize(float(v), eps)[0] for v in col])
+        _, est, _ = estimate_reports(mechanism_name, {eps: z}, setting, level=level, bootstrap_b=bootstrap_b, rng=rng)
         for k, e in est.items():
             out[k][j], out[k + "_lo"][j], out[k + "_hi"][j] = e.value, e.lo, e.hi
         out["n"][j] = z.size
@@ -76,33 +76,27 @@ def laplace_floor_mae(n: np.ndarray, eps: float, cal: Calibration) -> float:
     return float(np.mean(math.sqrt(2 / math.pi) * math.sqrt(2) * lam / np.sqrt(n)))
 
 
-def mechanism_floor_mae(x: np.ndarray, eps: float, mechanism: str, x_min: float, x_max: float,
+def mechanism_floor_mae(x: np.ndarray, eps: float, mechanism_name: str, x_min: float, x_max: float,
                         gamma: float) -> float:
-    """MAE of the mean of the actual readings' reports under `mechanism`, from
-    its exact per-report variance (fusion_center.mechanism_variance)."""
-    from fusion_center.mechanism_variance import report_variance
-
+    """MAE of the mean of the actual readings' reports under a mechanism, from
+    its exact per-report variance (the registry's report_variances), averaged
+    over timestamps: what no estimator of that mechanism's reports can beat
+    (for BR below eps_star, the variance of the clamp-corrected reports)."""
+    mech = mechanism(mechanism_name)
+    setting = Setting(x_min=x_min, x_max=x_max, gamma=gamma)
     out = []
     for j in range(x.shape[1]):
-        col = np.clip(x[:, j][~np.isnan(x[:, j])], x_min, x_max)
+        col = x[:, j][~np.isnan(x[:, j])]
         if col.size:
-            var = sum(report_variance(mechanism, eps, x_min, x_max, gamma, float(v)) for v in col)
+            var = float(np.sum(mech.report_variances(setting, eps, col)))
             out.append(math.sqrt(2 / math.pi) * math.sqrt(var) / col.size)
     return float(np.mean(out))
 
 
 def duchi_floor_mae(x: np.ndarray, eps: float, cal: Calibration) -> float:
     """MAE of the mean under Duchi et al.'s one-bit mechanism for the actual
-    readings: per report Var = (C Delta/2)^2 - (x - mid)^2, C = (e^eps+1)/(e^eps-1)
-    (the best-known floor for bounded means at small eps)."""
-    c = (math.exp(eps) + 1) / (math.exp(eps) - 1)
-    half, mid = (cal.x_max - cal.x_min) / 2, (cal.x_max + cal.x_min) / 2
-    out = []
-    for j in range(x.shape[1]):
-        col = np.clip(x[:, j][~np.isnan(x[:, j])], cal.x_min, cal.x_max)
-        if col.size:
-            out.append(math.sqrt(2 / math.pi) * math.sqrt(np.sum((c * half) ** 2 - (col - mid) ** 2)) / col.size)
-    return float(np.mean(out))
+    readings (the best-known floor for bounded means at small eps)."""
+    return mechanism_floor_mae(x, eps, "duchi", cal.x_min, cal.x_max, cal.gamma)
 
 
 def windowed_series(values: np.ndarray, w: int) -> np.ndarray:
@@ -123,6 +117,8 @@ def errors(est: dict[str, np.ndarray], true_mean: np.ndarray, windows_w: tuple[i
     for k in ESTIMATORS:
         e = est[k]
         ok = ~np.isnan(e) & ~np.isnan(true_mean)
+        if not ok.any():
+            continue                      # not published for this mechanism
         d = e[ok] - true_mean[ok]
         row = {"mae": float(np.mean(np.abs(d))), "max_sq": float(np.max(d * d)), "timestamps": int(ok.sum()),
                "bias": float(np.mean(d))}
@@ -153,7 +149,7 @@ class UtilityResult:
 def utility_from_simulation(data_dir: Path, houses: list[int], eps_list, *, hours: float, start_offset_s: float = 0,
                             period_s: float = 8.0, clone: int = 1, seed: int | None = None,
                             windows_w: tuple[int, ...] = (64,), bootstrap_b: int = 1000,
-                            progress=None) -> UtilityResult:
+                            progress=None, mechanism_name: str = "br") -> UtilityResult:
     hs = [load_house(data_dir, h) for h in houses]
     epoch0 = epoch0_of(hs, period_s)
     t0, n_t = int(start_offset_s // period_s), int(hours * 3600 // period_s)
@@ -164,12 +160,14 @@ def utility_from_simulation(data_dir: Path, houses: list[int], eps_list, *, hour
     table = {}
     for i, eps in enumerate(eps_list):
         est = simulate_estimates(x, eps, cal, bootstrap_b=bootstrap_b,
-                                 seed=None if seed is None else seed * 1000 + i)
+                                 seed=None if seed is None else seed * 1000 + i, mechanism_name=mechanism_name)
         table[eps] = errors(est, true_mean, windows_w)
         # Clipping to [x_min, x_max] is a bias no estimator removes: shown beside the errors.
         ok = ~np.isnan(est["clip_truth"]) & ~np.isnan(true_mean)
         table[eps]["floors"] = {"laplace_mae": laplace_floor_mae(est["n"], eps, cal),
-                                "duchi_mae": duchi_floor_mae(x, eps, cal),
+                                "duchi_mae": duchi_floor_mae(x, eps, cal), "mechanism": mechanism_name,
+                                "mechanism_mae": mechanism_floor_mae(x, eps, mechanism_name, cal.x_min, cal.x_max,
+                                                                     cal.gamma),
                                 "clip_bias": float(np.mean(est["clip_truth"][ok] - true_mean[ok]))}
         if progress:
             progress(eps, table[eps])
@@ -219,6 +217,8 @@ def plot_utility(res: UtilityResult, windows_w: tuple[int, ...], path: Path) -> 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     eps = res.eps
     for k, c in zip(ESTIMATORS, ("tab:red", "tab:purple", "tab:blue", "tab:orange")):
+        if any(k not in res.table[e] for e in eps):
+            continue                      # not published for this mechanism
         axes[0].plot(eps, [res.table[e][k]["mae"] for e in eps], "o-", color=c, label=f"{k.upper()} per t")
         for w in windows_w:
             axes[0].plot(eps, [res.table[e][k][f"win{w}_mae"] for e in eps], "s--", color=c, alpha=0.6,
@@ -262,34 +262,44 @@ def _refit_matrix(data_dir: Path, houses: list[int], hours: float, period_s: flo
     return readings_matrix(fleet(hs, 1, 0.0), epoch0, period_s, 0, int(hours * 3600 // period_s))
 
 
+def _kind_errors(name: str, x: np.ndarray, eps: float, truth_of, *, seed: int | None, level: float,
+                 k_min: int) -> tuple[list, list, list]:
+    """Errors and interval hits of a report kind's estimates per timestamp
+    (reports drawn by the registry's device randomizer, estimated by its
+    estimator); truth_of(readings) -> the true value(s)."""
+    mech = mechanism(name)
+    setting = Setting(on_above=ON_THRESHOLD_W, bands=LOAD_CLASS_EDGES_W)
+    rng = np.random.default_rng(seed)
+    r = mech.randomizer(setting, RandomBits(read=seeded_bytes(rng) if seed is not None else None))
+    err, cover, ns = [], [], []
+    for j in range(x.shape[1]):
+        col = x[:, j][~np.isnan(x[:, j])]
+        if col.size < k_min:
+            continue
+        out = mech.estimate({eps: np.array([r.randomize(float(v), eps)[0] for v in col])}, setting, level)
+        got = out.frequencies or [out.named["count"]]
+        for e, tv in zip(got, truth_of(col)):
+            err.append(abs(e.value - tv))
+            cover.append(e.lo <= tv <= e.hi)
+        ns.append(col.size)
+    return err, cover, ns
+
+
 def count_errors(x: np.ndarray, eps_list, *, seed: int | None = None, level: float = 0.95,
                  k_min: int = 10) -> dict[float, dict]:
     """Per local eps: MAE of the on-count estimate, coverage of its interval,
     mean reporters and mean true count, over the timestamps with >= k_min reports."""
-    from edge_agent.binary_rr import BinaryRR, flip_fraction
-    from fusion_center.counts import count_estimate
+    from rase_common.mechanisms.binary import flip_probability
 
     out = {}
     for i, eps in enumerate(eps_list):
-        rng = np.random.default_rng(None if seed is None else seed * 1000 + i)
-        num = flip_fraction(eps)
-        rr = BinaryRR(num, 1 << 20, RandomBits(read=seeded_bytes(rng) if seed is not None else None))
-        p = num / (1 << 20)
-        err, cover, ns, truths = [], [], [], []
-        for j in range(x.shape[1]):
-            col = x[:, j][~np.isnan(x[:, j])]
-            if col.size < k_min:
-                continue
-            on = col > ON_THRESHOLD_W
-            ones = sum(rr.randomize(bool(b)) for b in on)
-            e = count_estimate(int(ones), int(col.size), p, level)
-            true = int(on.sum())
-            err.append(abs(e.value - true))
-            cover.append(e.lo <= true <= e.hi)
-            ns.append(col.size)
-            truths.append(true)
-        out[eps] = {"mae": float(np.mean(err)), "coverage": float(np.mean(cover)), "p": p,
-                    "n_mean": float(np.mean(ns)), "true_mean": float(np.mean(truths)), "timestamps": len(err)}
+        on = np.where(np.isnan(x), np.nan, x > ON_THRESHOLD_W)
+        err, cover, ns = _kind_errors("binary", x, eps, lambda col: [float((col > ON_THRESHOLD_W).sum())],
+                                      seed=None if seed is None else seed * 1000 + i, level=level, k_min=k_min)
+        counted = (~np.isnan(x)).sum(axis=0) >= k_min
+        out[eps] = {"mae": float(np.mean(err)), "coverage": float(np.mean(cover)), "p": flip_probability(eps),
+                    "n_mean": float(np.mean(ns)), "true_mean": float(np.nanmean(np.nansum(on, axis=0)[counted])),
+                    "timestamps": len(err)}
     return out
 
 
@@ -297,39 +307,17 @@ def frequency_errors(x: np.ndarray, eps_list, *, seed: int | None = None, level:
                      k_min: int = 10) -> dict[float, dict]:
     """Per local eps: the oracle chosen for k load classes, mean absolute error
     of the class frequencies and the coverage of their intervals."""
-    from edge_agent.categorical import (KaryRR, OptimizedUnaryEncoding, choose_oracle, krr_keep_fraction,
-                                        oue_flip_fraction)
-    from fusion_center.frequencies import krr_counts, krr_frequencies, oue_counts, oue_frequencies
+    from rase_common.mechanisms.categorical import oracle
 
     k = len(LOAD_CLASS_EDGES_W) + 1
-    classes = load_classes(x)
     out = {}
     for i, eps in enumerate(eps_list):
-        rng = np.random.default_rng(None if seed is None else seed * 1000 + 500 + i)
-        bits = RandomBits(read=seeded_bytes(rng) if seed is not None else None)
-        oracle = choose_oracle(k, eps)
-        if oracle == "krr":
-            num = krr_keep_fraction(eps, k)
-            mech = KaryRR(k, num, 1 << 20, bits)
-        else:
-            num = oue_flip_fraction(eps)
-            mech = OptimizedUnaryEncoding(k, num, 1 << 20, bits)
-        prob = num / (1 << 20)
-        err, cover = [], []
-        for j in range(classes.shape[1]):
-            col = classes[:, j][~np.isnan(classes[:, j])].astype(int)
-            if col.size < k_min:
-                continue
-            reports = [mech.randomize(int(c)) for c in col]
-            if oracle == "krr":
-                est = krr_frequencies(krr_counts(reports, k), int(col.size), prob, level)
-            else:
-                est = oue_frequencies(oue_counts(reports, k), int(col.size), prob, level)
-            true = np.bincount(col, minlength=k) / col.size
-            err += [abs(e.value - t) for e, t in zip(est, true)]
-            cover += [e.lo <= t <= e.hi for e, t in zip(est, true)]
-        out[eps] = {"oracle": oracle, "k": k, "mae": float(np.mean(err)), "coverage": float(np.mean(cover)),
-                    "timestamps": len(err) // k}
+        def shares(col):
+            return np.bincount(load_classes(col).astype(int), minlength=k) / col.size
+        err, cover, _ = _kind_errors("categorical", x, eps, shares,
+                                     seed=None if seed is None else seed * 1000 + 500 + i, level=level, k_min=k_min)
+        out[eps] = {"oracle": oracle(k, eps)[0], "k": k, "mae": float(np.mean(err)),
+                    "coverage": float(np.mean(cover)), "timestamps": len(err) // k}
     return out
 
 
@@ -350,7 +338,8 @@ def kinds_from_replays(data_dir: Path, paths: list[Path]) -> list[dict]:
         lines = Path(p).read_text().splitlines()
         params = json.loads(lines[0])["params"]
         mech = params.get("device_mechanism", "br")
-        if mech not in ("binary", "categorical"):
+        output = mechanism(mech).output
+        if output == "mean":
             raise ValueError(f"{p}: a {mech!r} replay; `rase eval utility --replay` scores mean replays")
         rows = [json.loads(line) for line in lines[1:]]
         hs = [load_house(data_dir, h) for h in params["houses"]]
@@ -366,7 +355,7 @@ def kinds_from_replays(data_dir: Path, paths: list[Path]) -> list[dict]:
             if r["n"] != present[j]:
                 n_mismatch += 1          # a report lost or late: the truth is over other devices
                 continue
-            if mech == "binary":
+            if output == "count":
                 true = [float((col > params["on_above"]).sum())]
                 got = [r["estimates"]["count"]]
             else:
@@ -378,7 +367,7 @@ def kinds_from_replays(data_dir: Path, paths: list[Path]) -> list[dict]:
                 err.append(abs(e["value"] - tv))
                 bias.append(e["value"] - tv)
                 cover.append(e["ci"][0] <= tv <= e["ci"][1])
-        out.append({"mechanism": mech, "eps": params["eps"], "devices": params["devices"],
+        out.append({"mechanism": mech, "output": output, "eps": params["eps"], "devices": params["devices"],
                     "timestamps": len(rows) - n_mismatch, "n_mismatch": n_mismatch,
                     "estimates": len(err), "mae": float(np.mean(err)) if err else None,
                     "bias": float(np.mean(bias)) if bias else None,
@@ -405,7 +394,7 @@ def plot_kinds(rows: list[dict], path: Path) -> None:
             continue
         hours = (np.array([t for t, _, _ in s]) - s[0][0]) * r["period_s"] / 3600.0
         k = len(s[0][1])
-        labels = ["devices on"] if r["mechanism"] == "binary" else \
+        labels = ["devices on"] if r["output"] == "count" else \
             [f"band {j}" + (f" (<= {r['bands'][0]:g} W)" if j == 0 else f" (> {r['bands'][j - 1]:g} W)")
              for j in range(k)]
         for j in range(k):
@@ -419,7 +408,7 @@ def plot_kinds(rows: list[dict], path: Path) -> None:
         ax.set_title(f"{r['mechanism']} reports, eps {r['eps']:.3g}, {r['devices']} devices: MAE {r['mae']:.3g}, "
                      f"coverage {r['coverage']:.3f}")
         ax.set_xlabel("hours into the replay")
-        ax.set_ylabel("devices" if r["mechanism"] == "binary" else "share of devices")
+        ax.set_ylabel("devices" if r["output"] == "count" else "share of devices")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

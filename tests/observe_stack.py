@@ -24,7 +24,7 @@ import yaml
 
 from edge_agent.config import AgentConfig
 from edge_agent.service import AgentService
-from tests.brokers import BrokerProcess, Mosquitto, free_port, wait_port
+from simulators.brokers import BrokerProcess, Mosquitto, free_port, wait_port
 from tests.mqtt_helpers import ServiceThread
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,6 +15,9 @@ class EstimateOut(BaseModel):
     value: float
     ci: tuple[float, float]
     n: int
+    # How the interval was made (docs/mechanisms.md, "Intervals"): e.g. "exact-noise",
+    # "clopper-pearson", "exact-count". None only in aggregates stored before methods were named.
+    method: str | None = None
 
 
 class WindowedOut(BaseModel):
@@ -25,22 +28,6 @@ class WindowedOut(BaseModel):
     ci: tuple[float, float] | None
 
 
-ESTIMATE_MEANING = {
-    "mean": "unbiased for the mean reading (clipped to [x_min, x_max]) whatever eps, clamped or not; "
-            "normal interval from its own variance. Use this one.",
-    "bs": "bootstrap of the same unbiased mean; percentile interval",
-    "se": "the paper's sample mean of the reports: the mean of the CLAMPED reports, biased when clamped",
-    "mle": "the paper's weighted median (eq. 14) of the noisy reports: near the readings' median, not their mean",
-}
-BINARY_MEANING = {
-    "count": "unbiased count of devices that are on (reading > on_above), (S - n p/2) / (1 - p) summed over eps "
-             "levels; normal interval from its exact variance, clipped to [0, n]",
-    "mean": "share of devices that are on: count / n, with the count's interval / n",
-}
-CATEGORICAL_MEANING = {
-    "frequencies": "per band (category j: bands[j-1] < reading <= bands[j]): unbiased share of devices in it, "
-                   "kRR or OUE debiased; normal intervals clipped to [0, 1]",
-}
 EstimatorName = Literal["mean", "bs", "se", "mle", "count"]
 
 
@@ -56,7 +43,7 @@ class Aggregate(BaseModel):
     complete: bool                       # every known region contributed
     level: float                         # confidence level of the intervals
     estimates: dict[EstimatorName, EstimateOut]
-    what: dict[str, str] = ESTIMATE_MEANING   # what each estimate estimates
+    what: dict[str, str] = {}                 # what each estimate estimates (the mechanism's own words)
     mechanism: str = DEFAULT_MECHANISM        # the kind of report estimated (the devices' mechanism)
     other_kind_reports: int = Field(0, ge=0)  # reports of another kind at this t (a mechanism change): not used
     # categorical: per band, the share of devices in it (see what["frequencies"]).

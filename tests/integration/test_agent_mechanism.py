@@ -7,7 +7,7 @@ import pytest
 
 from edge_agent.randomizer import Calibration
 from rase_common.protocol.report import Report
-from fusion_center.mechanism_variance import report_values
+from rase_common.mechanisms import mechanism
 from rase_common.protocol.control import ControlMessage
 from tests.integration.test_agent_mosquitto import agent
 from tests.mqtt_helpers import Recorder, ServiceThread, publish_retained
@@ -33,7 +33,7 @@ def test_control_message_switches_a_running_agent_to_duchi(mosquitto, tmp_path):
     reps = [Report.model_validate_json(m.payload) for m in rec.messages]
     after = [r.y for r in reps if r.eps == 0.5]
     cal = Calibration(x_min=0.0, x_max=500.0, gamma=5.0)
-    duchi = sorted(float(v) for v in report_values("duchi", cal, 0.5).values())
+    duchi = sorted(float(v) for v in mechanism("duchi").report_values(cal, 0.5).values())
     # Only Duchi's two reports, center -+ half C (C = 4.08 at eps 0.5): outside [0, 500].
     assert all(min(abs(y - v) for v in duchi) < 1e-6 for y in after), (after, duchi)
     assert duchi[0] < 0 and duchi[1] > 500

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rase_common.broker_metrics import BrokerMetricsBridge, BrokerMetricsConfig
-from tests.brokers import Mosquitto, free_port, wait_port
+from simulators.brokers import Mosquitto, free_port, wait_port
 from tests.mqtt_helpers import ServiceThread
 from tests.observe_stack import wait_until
 

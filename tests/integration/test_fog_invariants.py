@@ -67,7 +67,7 @@ def test_bad_traffic_beside_good_and_small_windows_never_leave(mosquitto, tmp_pa
     assert sorted(w.values) == [float(i) for i in range(12)]
     assert w.counts.rejected == len(GOOD) * len(BAD_PAYLOADS) + 1
     rej = {lbl: service.metrics.value("reports_rejected", reason=lbl) for lbl in
-           ("oversized", "malformed_json", "wrong_type", "non_finite", "implausible_y", "eps_not_on_menu",
+           ("oversized", "malformed_json", "wrong_type", "non_finite", "impossible_y", "eps_not_on_menu",
             "t_out_of_range", "unknown_device")}
     assert rej == {"oversized": 12, "malformed_json": 36, "wrong_type": 24, "non_finite": 12,
-                   "implausible_y": 12, "eps_not_on_menu": 12, "t_out_of_range": 12, "unknown_device": 1}
+                   "impossible_y": 12, "eps_not_on_menu": 12, "t_out_of_range": 12, "unknown_device": 1}

@@ -16,7 +16,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from tests.brokers import free_port, wait_port
+from simulators.brokers import free_port, wait_port
 from tests.observe_stack import ROOT, running_stack, wait_until
 
 pytestmark = pytest.mark.integration

@@ -72,6 +72,7 @@ def test_a_precision_change_mid_run_drops_no_good_report(mosquitto, tmp_path):
     m = fog_svc.metrics
     assert m.value("reports_rejected", reason="eps_not_on_menu") == 0
     assert m.value("reports_rejected", reason="implausible_y") == 0
+    assert m.value("reports_rejected", reason="impossible_y") == 0
     assert m.registry.get_sample_value("rase_fog_config_drift", {"field": "x_max"}) == 1
     # Every report of a forwarded window's t is in that window: none dropped across the change.
     sent = Counter((r["t"], r["y"]) for _, r in reports)

@@ -15,7 +15,7 @@ from edge_agent.ledger import BudgetLedger
 from edge_agent.piecewise import HybridRandomizer, PiecewiseRandomizer
 from edge_agent.randomizer import BudgetRandomizer, Calibration
 from rase_common.protocol.report import Report
-from fusion_center.mechanism_variance import report_values
+from rase_common.mechanisms import mechanism
 from rase_common.protocol.control import ControlMessage
 from tests.seeded_bytes import XorShiftBytes
 
@@ -52,7 +52,7 @@ def test_control_switches_the_mechanism_and_reports_come_from_it(tmp_path, name,
     rep = Report.model_validate_json(core.step(3000.0, 0.0))
     assert rep.eps == 0.5
     if name != "br":
-        allowed = {float(v) for v in report_values(name, cal, 0.5).values()}
+        allowed = {float(v) for v in mechanism(name).report_values(cal, 0.5).values()}
         assert min(abs(rep.y - v) for v in allowed) <= 1e-9 * max(1.0, abs(rep.y))
 
 

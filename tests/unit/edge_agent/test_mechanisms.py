@@ -12,10 +12,8 @@ from edge_agent.entropy import RandomBits
 from edge_agent.ldp_rational import exp_eps_ratio, exp_lower
 from edge_agent.mechanisms import MECHANISMS, make_randomizer
 from edge_agent.randomizer import EPS_UNITS, BudgetRandomizer, Calibration, eps_units_floor
-from fusion_center.mechanism_variance import (
-    grid_value, reading_pmf, reading_position, report_pmf, report_values, report_variance,
-    report_variance_at, report_variance_exact, worst_case_likelihood_ratio, worst_case_variance,
-    worst_case_variance_exact)
+from rase_common.mechanisms import Setting, mechanism
+from rase_common.mechanisms.bounded import grid_value, reading_position
 from tests.seeded_bytes import XorShiftBytes
 from tests.stats import P_MIN, chisquare_integers
 
@@ -46,6 +44,42 @@ def test_exp_lower_matches_exp_to_its_precision():
         a = exp_lower(units, 65536, 40)
         exact = (Decimal(units) / 65536).exp() * (1 << 40)
         assert a <= exact < a + 64
+
+
+def report_values(m, cal, eps):
+    return mechanism(m).report_values(cal, eps)
+
+
+def report_pmf(m, cal, eps, k):
+    return mechanism(m).report_pmf(cal, eps, k)
+
+
+def reading_pmf(m, cal, eps, x):
+    return mechanism(m).reading_pmf(cal, eps, x)
+
+
+def report_variance_exact(m, eps, cal, k):
+    return mechanism(m).report_variance_exact(cal, eps, k)
+
+
+def report_variance_at(m, eps, cal, x):
+    return mechanism(m).report_variance_at(cal, eps, x)
+
+
+def worst_case_variance_exact(m, eps, cal):
+    return mechanism(m).worst_case_variance_exact(cal, eps)
+
+
+def worst_case_likelihood_ratio(m, cal, eps):
+    return mechanism(m).worst_case_likelihood_ratio(cal, eps)
+
+
+def report_variance(m, eps, x_min, x_max, gamma, x):
+    return mechanism(m).report_variance(Setting(x_min=x_min, x_max=x_max, gamma=gamma), eps, x)
+
+
+def worst_case_variance(m, eps, x_min, x_max, gamma):
+    return mechanism(m).worst_case_variance(Setting(x_min=x_min, x_max=x_max, gamma=gamma), eps)
 
 
 def calibrations():
@@ -219,8 +253,11 @@ def test_variance_formulas_match_known_closed_forms():
         hm = worst_case_variance("hybrid", eps, 0, 4000, 1)
         assert hm <= min(worst_case_variance("duchi", eps, 0, 4000, 1),
                          worst_case_variance("piecewise", eps, 0, 4000, 1)) * (1 + 1e-9)
-    # BR: discrete Laplace 2q/(1-q)^2 with q = exp(-eps/K) ~ 2 (K/eps)^2.
-    assert report_variance("br", 1.0, 0, 4000, 1, 0.0) == pytest.approx(2 * 4000 ** 2, rel=1e-3)
+    # BR unclamped (eps 9 >= eps_star): discrete Laplace 2q/(1-q)^2 with q = exp(-eps/K) ~ 2 (K/eps)^2.
+    assert report_variance("br", 9.0, 0, 4000, 1, 0.0) == pytest.approx(2 * (4000 / 9) ** 2, rel=1e-3)
+    # BR clamped (eps 1), the corrected report at x = 0: (K/eps)^2 (2 - (1 + e^-eps) / 2).
+    assert report_variance("br", 1.0, 0, 4000, 1, 0.0) == pytest.approx(4000 ** 2 * (2 - (1 + math.exp(-1)) / 2),
+                                                                       rel=1e-3)
 
 
 def test_bernoulli_float_is_exact_for_dyadic_probabilities():

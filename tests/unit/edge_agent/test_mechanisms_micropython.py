@@ -8,7 +8,7 @@ import pytest
 from edge_agent.entropy import RandomBits
 from edge_agent.mechanisms import make_randomizer
 from edge_agent.randomizer import Calibration
-from fusion_center.mechanism_variance import reading_pmf, report_pmf
+from rase_common.mechanisms import Setting, mechanism
 from tests.seeded_bytes import SOURCE as XORSHIFT, XorShiftBytes
 from tests.stats import P_MIN
 from tests.unit.edge_agent.test_mechanisms import goodness_of_fit
@@ -42,7 +42,7 @@ print(json.dumps(out))
     for (m, eps, k), hist in zip(cases, hists):
         samples = [int(o) for o, c in hist.items() for _ in range(c)]
         assert len(samples) == n
-        p, bins = goodness_of_fit(samples, report_pmf(m, cal, eps, k))
+        p, bins = goodness_of_fit(samples, mechanism(m).report_pmf(cal, eps, k))
         assert p > P_MIN, f"{m} eps={eps} k={k}: p={p:.2e} over {bins} bins"
 
 
@@ -69,26 +69,30 @@ print(json.dumps(out))
     cal = Calibration(x_min=0.0, x_max=12.0, gamma=1.0)
     for (m, x), hist in zip(cases, hists):
         samples = [int(o) for o, c in hist.items() for _ in range(c)]
-        p, bins = goodness_of_fit(samples, reading_pmf(m, cal, 1.0, x))
+        p, bins = goodness_of_fit(samples, mechanism(m).reading_pmf(cal, 1.0, x))
         assert p > P_MIN, f"{m} x={x}: p={p:.2e} over {bins} bins"
 
 
-@pytest.mark.parametrize("mechanism", BOUNDED)
-def test_same_bytes_give_the_same_reports_on_both(micropython, mechanism):
+@pytest.mark.parametrize("mechanism_name", BOUNDED)
+def test_same_bytes_give_the_same_reports_on_both(micropython, mechanism_name):
     code = XORSHIFT + f"""
 import json
 from edge_agent.entropy import RandomBits
 from edge_agent.mechanisms import make_randomizer
 from edge_agent.randomizer import Calibration
-r = make_randomizer({mechanism!r}, Calibration(0.5, 0.9, 0.0, 4000.0, 0.7), RandomBits(read=XorShiftBytes(4242)))
+r = make_randomizer({mechanism_name!r}, Calibration(0.5, 0.9, 0.0, 4000.0, 0.7), RandomBits(read=XorShiftBytes(4242)))
 out = []
 for i in range(1500):
     out.append(r.randomize((i * 37) % 4500 - 100.0, (0.1, 1.0, 5.0)[i % 3])[0])
 print(json.dumps(out))
 """
     mp_out = json.loads(micropython([code])[0])
-    r = make_randomizer(mechanism, Calibration(0.5, 0.9, 0.0, 4000.0, 0.7), RandomBits(read=XorShiftBytes(4242)))
+    r = make_randomizer(mechanism_name, Calibration(0.5, 0.9, 0.0, 4000.0, 0.7), RandomBits(read=XorShiftBytes(4242)))
     cp_out = [r.randomize((i * 37) % 4500 - 100.0, (0.1, 1.0, 5.0)[i % 3])[0] for i in range(1500)]
     # Duchi has two reports per eps level; PM and HM many.
-    assert len(set(cp_out)) >= (6 if mechanism == "duchi" else 100), "the comparison covers many reports"
+    assert len(set(cp_out)) >= (6 if mechanism_name == "duchi" else 100), "the comparison covers many reports"
     assert mp_out == cp_out
+    # The fog accepts every report the real MicroPython sent (rase_common.mechanisms supports).
+    setting = Setting(x_min=0.0, x_max=4000.0, gamma=0.7)
+    supports = {eps: mechanism(mechanism_name).support(setting, eps) for eps in (0.1, 1.0, 5.0)}
+    assert all(supports[(0.1, 1.0, 5.0)[i % 3]].reason(y) is None for i, y in enumerate(mp_out))

@@ -54,8 +54,10 @@ def test_accepts_a_good_report():
     (TOPIC, good(t=98), "t_out_of_range"),
     (TOPIC, good(t=102), "t_out_of_range"),
     (TOPIC, good(eps=2.0), "eps_not_on_menu"),
-    (TOPIC, good(y=4000.0 + 50 * 4000.0 / 1.0 + 1), "implausible_y"),
-    (TOPIC, good(y=-200_001.0), "implausible_y"),
+    # BR at eps 1 clamps: a report is a grid point of [x_min, x_max] (rase_common.mechanisms.br).
+    (TOPIC, good(y=4001.0), "impossible_y"),
+    (TOPIC, good(y=-1.0), "impossible_y"),
+    (TOPIC, good(y=12.5), "impossible_y"),
 ])
 def test_rejects_with_the_right_reason(topic, payload, expected):
     assert reason(topic, payload) == expected
@@ -90,7 +92,9 @@ def test_arbitrary_payloads_are_accepted_or_rejected_with_a_reason(payload, topi
     ("categorical", 4, 1.0, 3, True), ("categorical", 4, 1.0, 4, False),       # kRR at k 4, eps 1
     ("categorical", 4, 1.0, 1.5, False), ("categorical", 4, 1.0, -1, False),
     ("categorical", 16, 0.5, (1 << 16) - 1, True), ("categorical", 16, 0.5, 1 << 16, False),  # OUE masks
-    ("br", 4, 1.0, 4000.0 * 52, False), ("br", 4, 1.0, -10.0, True),
+    ("br", 4, 1.0, 4000.0, True), ("br", 4, 1.0, -10.0, False),                  # clamped below eps_star
+    ("br", 4, 9.0, -10.0, True), ("br", 4, 9.0, 4000.0 * 52, False),             # not clamped: within the tail
+    ("duchi", 4, 1.0, 12.0, False), ("piecewise", 4, 1.0, 4000.0 * 9, False),
 ])
 def test_y_must_be_an_output_of_the_devices_mechanism(mechanism, categories, eps, y, ok):
     from fog_shuffler.ingest import possible_y
@@ -105,4 +109,4 @@ def test_a_binary_deployment_rejects_a_mean_report():
     assert validate(TOPIC, good(y=1), 100, rules).y == 1.0
     with pytest.raises(Rejected) as e:
         validate(TOPIC, good(y=12.0), 100, rules)
-    assert e.value.reason == "implausible_y"
+    assert e.value.reason == "impossible_y"

@@ -7,10 +7,10 @@ import time
 import numpy as np
 import pytest
 
-from fog_shuffler.schema import WindowMessage
+from rase_common.protocol.window import WindowMessage
 from fusion_center.merge import aggregate, history_key
 from fusion_center.metrics import FusionMetrics
-from fusion_center.schema import PrecisionControl
+from rase_common.protocol.control import ControlMessage
 
 
 def gauge(m: FusionMetrics, name: str, **labels: str) -> float | None:
@@ -21,7 +21,7 @@ def test_show_aggregate_sets_windowed_estimates_and_the_time():
     m = FusionMetrics()
     started = gauge(m, "rase_fusion_last_aggregate_timestamp_seconds")
     assert started == pytest.approx(time.time(), abs=60)     # until the first aggregate: the start
-    p = PrecisionControl(x_min=0, x_max=4000)
+    p = ControlMessage(x_min=0, x_max=4000)
     history: dict = {}
     for t in (1, 2, 3):
         w = WindowMessage.uniform("r1", t, [100.0 * t] * 12, 9.0)         # eps 9: not clamped, mean = 100 t

@@ -1,0 +1,111 @@
+"""On/off reports by randomized response (shuffle-DP lecture notes, seed 002;
+device: edge_agent.binary_rr.OnOffRandomizer).
+
+A device is on when its reading is above on_above. With probability p (the
+device's rational flip_fraction(eps) / 2^20) the report is a uniform bit,
+otherwise the true bit: P(1 | on) = 1 - p/2, P(1 | off) = p/2. For S the sum
+of n reports, X_hat = (S - n p/2) / (1 - p) is unbiased for the number X of
+devices on, with Var(X_hat) = n (p/2)(1 - p/2) / (1 - p)^2 whatever X is.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from edge_agent.binary_rr import DEFAULT_DEN, flip_fraction
+from rase_common.mechanisms.base import Estimate, Estimates, Mechanism, Setting, z_quantile
+from rase_common.mechanisms.support import ExactSupport
+
+COUNT_MEANING = {
+    "count": "unbiased count of devices that are on (reading > on_above), (S - n p/2) / (1 - p) summed over eps "
+             "levels; its interval says how it was made (`method`)",
+    "mean": "share of devices that are on: count / n, with the count's interval / n",
+}
+
+
+def flip_probability(eps: float) -> float:
+    """p at eps, as the device draws it."""
+    return flip_fraction(eps) / DEFAULT_DEN
+
+
+def count_variance(n: int, p: float) -> float:
+    return n * (p / 2) * (1 - p / 2) / (1 - p) ** 2
+
+
+def _check(ones, n, p) -> None:
+    if not (isinstance(n, (int, np.integer)) and n >= 1):
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if not 0 <= ones <= n:
+        raise ValueError(f"ones must be in [0, n], got {ones!r} of {n}")
+    if not 0 <= p < 1:
+        raise ValueError(f"flip probability p must be in [0, 1), got {p!r}")
+
+
+def count_estimate(ones: int, n: int, p: float, level: float = 0.95) -> Estimate:
+    """Unbiased count of devices that are on, from `ones` of n reports with flip probability p."""
+    _check(ones, n, p)
+    return on_count_from({p: (int(ones), int(n))}, level)
+
+
+def on_count_from(tallies: dict[float, tuple[int, int]], level: float = 0.95) -> Estimate:
+    """The count from (ones, reports) per flip probability p."""
+    return count_interval(tallies, level)
+
+
+def count_interval(tallies: dict[float, tuple[int, int]], level: float = 0.95) -> Estimate:
+    """Binary count from (ones, reports) per flip probability p: normal interval
+    from the exact variance, clipped to [0, n]."""
+    value, var, n = 0.0, 0.0, 0
+    for p, (ones, m) in tallies.items():
+        value += (ones - m * p / 2) / (1 - p)
+        var += m * (p / 2) * (1 - p / 2) / (1 - p) ** 2
+        n += m
+    half = z_quantile(level) * math.sqrt(var)
+    return Estimate(value, max(0.0, value - half), min(float(n), value + half), n, "normal-clipped", var)
+
+
+def on_count(bits_by_level: dict[float, np.ndarray], level: float = 0.95) -> Estimate:
+    """Unbiased count of devices that are on, from the reports of each eps level."""
+    tallies: dict[float, tuple[int, int]] = {}
+    for eps, bits in bits_by_level.items():
+        b = np.asarray(bits, dtype=np.float64)
+        if b.size == 0:
+            continue
+        if not np.all((b == 0) | (b == 1)):
+            raise ValueError("binary reports must be 0 or 1")
+        p = flip_probability(eps)
+        ones, n = tallies.get(p, (0, 0))
+        tallies[p] = (ones + int(b.sum()), n + int(b.size))
+    if not tallies:
+        raise ValueError("no reports")
+    return on_count_from(tallies, level)
+
+
+class Binary(Mechanism):
+    name = "binary"
+    output = "count"
+
+    def support(self, setting: Setting, eps: float) -> ExactSupport:
+        return ExactSupport(2)
+
+    def sample(self, setting: Setting, eps: float, readings, rng: np.random.Generator) -> np.ndarray:
+        on = (np.asarray(readings, dtype=np.float64) > setting.on_above).astype(np.int64)
+        flipped = rng.integers(0, DEFAULT_DEN, size=on.shape) < flip_fraction(eps)
+        return np.where(flipped, rng.integers(0, 2, size=on.shape), on)
+
+    def report_variances(self, setting: Setting, eps: float, x) -> np.ndarray:
+        """Variance of one report's debiased count (the same whatever the reading)."""
+        p = flip_probability(eps)
+        return np.full(np.shape(x), count_variance(1, p))
+
+    def estimate(self, by_level: dict, setting: Setting, level: float = 0.95) -> Estimates:
+        count = on_count(by_level, level)
+        n = count.n
+        share = Estimate(count.value / n, count.lo / n, count.hi / n, n, count.method,
+                         None if count.var is None else count.var / n ** 2)
+        return Estimates({"count": count, "mean": share}, COUNT_MEANING)
+
+
+BINARY = Binary()

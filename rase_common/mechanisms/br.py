@@ -1,0 +1,182 @@
+"""BR, the paper's budget-aware clamped Laplace randomizer (RASE Alg. 1;
+device: edge_agent.randomizer.BudgetRandomizer).
+
+The reading is clipped and rounded to the nearest grid point k (x_min + k
+gamma, k in [0, K]); the report is k + Z grid steps, Z discrete Laplace with
+P(Z = z) ~ q^|z|, q = exp(-s/t) for the device's scale t/s >= K / eps. Below
+eps_star the report is clamped into [0, K] (a top report off the range is
+sent as x_max).
+
+Unbiased mean: the discrete Laplace tail is memoryless, so a report clamped
+at the bottom stands for x_min - gamma tau and one at the top for
+x_min + gamma (K + tau) in expectation, tau = q / (1 - q) (`corrected`).
+Per-report variance of the report the mean averages (`grid_variance`):
+gamma^2 q/(1-q)^2 [2 - (q^k + q^(K-k)) / (1+q)] when clamped and corrected
+(concave in k), gamma^2 2q/(1-q)^2 otherwise (the same for every reading).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from edge_agent.randomizer import Calibration, laplace_noise
+from rase_common.mechanisms.base import IMPLAUSIBLE, Estimate, Estimates, Mechanism, Setting, z_quantile
+from rase_common.mechanisms.intervals import reports_of
+from rase_common.mechanisms.support import GridSupport, PointsSupport, UnionSupport
+
+# Without clamping BR's noise is unbounded: ingest accepts reports on the grid
+# within the noise's two-sided tail of this probability per report (about one
+# honest report in 10^9 is refused).
+REPORT_TAIL = 1e-9
+
+
+@functools.lru_cache(maxsize=256)
+def noise_q(cal: Calibration, eps: float) -> float:
+    """q = exp(-s/t) of the discrete Laplace the device uses at eps under `cal`
+    (its rounding of eps and of the scale included): P(Z = z) ~ q^|z| in grid steps."""
+    d = laplace_noise(cal, eps)
+    return math.exp(-d.s / d.t)
+
+
+def is_clamped(cal: Calibration, eps: float) -> bool:
+    """The device clamps below eps_star (edge_agent.randomizer.BudgetRandomizer.randomize)."""
+    return eps < cal.eps_star
+
+
+def tail(cal: Calibration, eps: float) -> float:
+    """tau = q / (1 - q): the mean overshoot, in grid steps, of a clamped report."""
+    q = noise_q(cal, eps)
+    return q / (1.0 - q)
+
+
+def laplace_variance(cal: Calibration, eps: float) -> float:
+    """Variance of an unclamped report, gamma^2 2q/(1-q)^2 (any reading)."""
+    q = noise_q(cal, eps)
+    return cal.gamma ** 2 * 2.0 * q / (1.0 - q) ** 2
+
+
+def grid_variance(cal: Calibration, eps: float, k) -> np.ndarray | float:
+    """Variance of the report `mean` averages for grid index k (array or
+    scalar, fractional k allowed): the corrected report when clamped."""
+    q = noise_q(cal, eps)
+    if not is_clamped(cal, eps):
+        return laplace_variance(cal, eps) + 0.0 * np.asarray(k, dtype=np.float64)
+    kk = np.asarray(k, dtype=np.float64)
+    lost = (q ** kk + q ** (cal.grid_max - kk)) / (1.0 + q)
+    return cal.gamma ** 2 * q / (1.0 - q) ** 2 * (2.0 - lost)
+
+
+def grid_index(cal: Calibration, x) -> np.ndarray:
+    """The device's nearest-point quantization (BudgetRandomizer.quantize), vectorised."""
+    xc = np.clip(np.asarray(x, dtype=np.float64), cal.x_min, cal.x_max)
+    return np.minimum((xc - cal.x_min) / cal.gamma + 0.5, cal.grid_max).astype(np.int64)
+
+
+def corrected(z, eps_per_value, cal: Calibration) -> np.ndarray:
+    """Each BR report replaced by its conditional expectation where it was
+    clamped (levels with eps < eps_star); unbiased for the quantized reading."""
+    a = np.array(z, dtype=np.float64)
+    e = np.asarray(eps_per_value, dtype=np.float64)
+    if e.shape != a.shape:
+        raise ValueError("one eps per report is needed")
+    m = np.rint((a - cal.x_min) / cal.gamma)       # grid index of each report
+    # A clamped top report is sent as min(x_min + K gamma, x_max), which is off
+    # the grid when gamma does not divide the range.
+    top = (m >= cal.grid_max) | (a >= cal.x_max - 1e-9 * max(1.0, abs(cal.x_max)))
+    bottom = m <= 0
+    for level in np.unique(e):
+        if not is_clamped(cal, float(level)):
+            continue                               # this level was not clamped: its reports are unbiased
+        t = tail(cal, float(level))
+        sel = e == level
+        a[sel & top] = cal.x_min + cal.gamma * (cal.grid_max + t)
+        a[sel & bottom] = cal.x_min - cal.gamma * t
+    return a
+
+
+def mean_variance(corrected: np.ndarray, eps_per_value, cal: Calibration) -> float:
+    """Variance of the mean of the corrected reports: exact for levels that
+    were not clamped, the corrected reports' sample variance for clamped ones."""
+    e = np.asarray(eps_per_value, dtype=np.float64)
+    n = corrected.size
+    total = 0.0
+    for level in np.unique(e):
+        sel = corrected[e == level]
+        if not is_clamped(cal, float(level)):
+            total += sel.size * laplace_variance(cal, float(level))
+        elif sel.size > 1:
+            total += sel.size * float(sel.var(ddof=1))
+        else:
+            return math.inf
+    return total / n ** 2
+
+
+def unbiased_mean(by_level: dict, cal: Calibration, level: float = 0.95) -> Estimate:
+    z, e = reports_of(by_level)
+    c = corrected(z, e, cal)
+    m = float(c.mean())
+    var = mean_variance(c, e, cal)
+    half = z_quantile(level) * math.sqrt(var)
+    return Estimate(m, m - half, m + half, int(c.size), "normal", var)
+
+
+class BR(Mechanism):
+    name = "br"
+    output = "mean"
+    extras = ("bs", "se", "mle")
+
+    def unbiased_values(self, reports, eps: float, setting: Setting) -> np.ndarray:
+        a = np.asarray(reports, dtype=np.float64)
+        return corrected(a, np.full(a.shape, float(eps)), setting.calibration)
+
+    def support(self, setting: Setting, eps: float):
+        cal = setting.calibration
+        scale = abs(cal.x_min) + abs(cal.x_max)
+        if not is_clamped(cal, eps):
+            q = noise_q(cal, eps)
+            # P(|Z| > m) = 2 q^(m+1) / (1 + q): the smallest m with that under REPORT_TAIL.
+            reach = math.ceil(math.log(REPORT_TAIL / 2 * (1 + q)) / math.log(q)) - 1
+            return GridSupport(cal.x_min, cal.gamma, 1, 0, -reach, cal.grid_max + reach, IMPLAUSIBLE, scale)
+        top = cal.grid_max if cal.x_min + cal.grid_max * cal.gamma <= cal.x_max else cal.grid_max - 1
+        grid = GridSupport(cal.x_min, cal.gamma, 1, 0, 0, top, scale=scale)
+        return grid if top == cal.grid_max else UnionSupport(grid, PointsSupport([cal.x_max], scale))
+
+    def sample(self, setting: Setting, eps: float, readings, rng: np.random.Generator) -> np.ndarray:
+        """What the device sends for readings (any shape): discrete Laplace as
+        the difference of two geometrics with the device's q, then its clamp rule."""
+        cal = setting.calibration
+        k = grid_index(cal, readings)
+        q = noise_q(cal, eps)
+        m = k + (rng.geometric(1 - q, size=k.shape) - 1) - (rng.geometric(1 - q, size=k.shape) - 1)
+        if is_clamped(cal, eps):
+            m = np.clip(m, 0, cal.grid_max)
+        y = cal.x_min + m * cal.gamma
+        return np.minimum(y, cal.x_max) if is_clamped(cal, eps) else y
+
+    def report_variances(self, setting: Setting, eps: float, x) -> np.ndarray:
+        cal = setting.calibration
+        return np.asarray(grid_variance(cal, eps, grid_index(cal, x)), dtype=np.float64)
+
+    def worst_case_variance(self, setting: Setting, eps: float) -> float:
+        cal = setting.calibration
+        return float(grid_variance(cal, eps, cal.grid_max // 2))   # concave, symmetric about K/2
+
+    def effective_eps(self, setting: Setting, eps: float) -> float:
+        d = laplace_noise(setting.calibration, eps)
+        return setting.calibration.grid_max * d.s / d.t
+
+    def estimate(self, by_level: dict, setting: Setting, level: float = 0.95) -> Estimates:
+        cal = setting.calibration
+        z = np.concatenate([np.asarray(v, dtype=np.float64) for v in by_level.values()])
+        return Estimates({"mean": unbiased_mean(by_level, cal, level)}, {"mean": MEAN_MEANING},
+                         clamped=any(is_clamped(cal, float(e)) for e in by_level),
+                         share_at_bound=float(np.mean((z == cal.x_min) | (z == cal.x_max))))
+
+
+MEAN_MEANING = ("unbiased for the mean reading (clipped to [x_min, x_max]) whatever eps, clamped or not: "
+                "clamped reports replaced by their exact conditional expectations. Use this one.")
+
+BR_MECHANISM = BR()

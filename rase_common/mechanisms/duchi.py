@@ -1,0 +1,83 @@
+"""Duchi, Jordan and Wainwright's one-bit mechanism (device: edge_agent.duchi).
+
+Report center +- half * C, C = (a + b) / (a - b) with a/b <= e^eps the
+device's rational bound; P(+C | k) = (k/K) a/(a+b) + (1 - k/K) b/(a+b), so
+E[y | k] = grid_value(k) and Var[y | k] = half^2 (C^2 - t^2), t = (2k - K)/K:
+concave in the reading. The number S of +C reports among n is a sum of
+independent Bernoullis (Poisson binomial) with mean n p_bar, and p_bar is a
+linear function of the mean reading: the interval is Clopper-Pearson's for
+p_bar (conservative for a Poisson binomial: Hoeffding 1956, Theorem 4),
+mapped through that line (rase_common.mechanisms.intervals)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from edge_agent.duchi import DuchiParams
+from edge_agent.randomizer import Calibration
+from rase_common.mechanisms.bounded import BoundedMechanism, center_half
+from rase_common.mechanisms.support import PointsSupport
+
+
+@functools.lru_cache(maxsize=256)
+def params(eps: float) -> DuchiParams:
+    return DuchiParams(eps)
+
+
+def magnitude(eps: float) -> Fraction:
+    """C = (a + b) / (a - b): the report is center +- half * C."""
+    p = params(eps)
+    return Fraction(p.a + p.b, p.a - p.b)
+
+
+def up_probability(cal: Calibration, eps: float, position) -> float:
+    """P(+C) for a reading at (fractional) grid position `position` in [0, K]."""
+    p = params(eps)
+    return (p.b + (p.a - p.b) * np.asarray(position, dtype=np.float64) / cal.grid_max) / (p.a + p.b)
+
+
+class Duchi(BoundedMechanism):
+    name = "duchi"
+
+    def quadratic(self, eps: float, cal: Calibration) -> tuple[Fraction, Fraction]:
+        K = cal.grid_max
+        _, half = center_half(cal)
+        return half * half * magnitude(eps) ** 2, half * half * Fraction(-4, K * K)
+
+    def report_values(self, cal: Calibration, eps: float) -> dict[int, Fraction]:
+        center, half = center_half(cal)
+        c = magnitude(eps)
+        return {0: center - half * c, 1: center + half * c}
+
+    def report_pmf(self, cal: Calibration, eps: float, k: int) -> dict[int, Fraction]:
+        K = cal.grid_max
+        if not 0 <= k <= K:
+            raise ValueError(f"grid index must be in [0, {K}], got {k}")
+        p = params(eps)
+        up = Fraction(k, K) * Fraction(p.a, p.a + p.b) + Fraction(K - k, K) * Fraction(p.b, p.a + p.b)
+        return {0: 1 - up, 1: up}
+
+    def device_values(self, cal: Calibration, eps: float) -> np.ndarray:
+        # As edge_agent.duchi.DuchiRandomizer.params computes them.
+        p = params(eps)
+        center, half = (cal.x_min + cal.x_max) / 2.0, (cal.x_max - cal.x_min) / 2.0
+        mag = half * p.ab / (p.a - p.b)
+        return np.array([center - mag, center + mag])
+
+    def sample_indices(self, cal: Calibration, eps: float, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return (rng.random(np.shape(k)) < up_probability(cal, eps, k)).astype(np.int64)
+
+    def support(self, setting, eps: float) -> PointsSupport:
+        cal = setting.calibration
+        return PointsSupport(self.device_values(cal, eps), abs(cal.x_min) + abs(cal.x_max))
+
+    def effective_eps(self, setting, eps: float) -> float:
+        p = params(eps)
+        return math.log(p.a) - math.log(p.b)
+
+
+DUCHI = Duchi()

@@ -1,0 +1,39 @@
+"""The mechanism registry: name -> the server half of each mechanism.
+
+Adding a mechanism: its device randomizer module (edge_agent) and one row of
+edge_agent.mechanisms.RANDOMIZERS, one module of this package, and one line
+here. tests/unit/rase_common/test_mechanism_registry.py checks that this
+table and the device's agree (names, order, default, randomizer classes)."""
+
+from __future__ import annotations
+
+from edge_agent.mechanisms import DEFAULT_MECHANISM
+from rase_common.mechanisms.base import Mechanism
+from rase_common.mechanisms.binary import BINARY
+from rase_common.mechanisms.br import BR_MECHANISM
+from rase_common.mechanisms.categorical import CATEGORICAL
+from rase_common.mechanisms.duchi import DUCHI
+from rase_common.mechanisms.hybrid import HYBRID
+from rase_common.mechanisms.piecewise import PIECEWISE
+
+REGISTRY: dict[str, Mechanism] = {
+    "br": BR_MECHANISM,
+    "duchi": DUCHI,
+    "piecewise": PIECEWISE,
+    "hybrid": HYBRID,
+    "binary": BINARY,
+    "categorical": CATEGORICAL,
+}
+MECHANISMS = tuple(REGISTRY)
+MEAN_MECHANISMS = tuple(name for name, m in REGISTRY.items() if m.output == "mean")
+
+
+def mechanism(name: str) -> Mechanism:
+    """The registry entry of a mechanism, or ValueError naming the known ones."""
+    try:
+        return REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {name!r}") from None
+
+
+__all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "MEAN_MECHANISMS", "REGISTRY", "mechanism"]
