@@ -12,20 +12,12 @@ from pathlib import Path
 from edge_agent.mechanisms import MECHANISMS
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from rase_common.errors import ConfigError
+from rase_common.service import run_service
 
 
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-
-
-def _run_until_interrupted(coro) -> int:
-    """Run a service until it returns or Ctrl-C (its finally blocks clean up)."""
-    try:
-        asyncio.run(coro)
-    except KeyboardInterrupt:
-        pass
-    return 0
 
 
 def _run_tool(coro):
@@ -59,7 +51,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         print(f"source: a REFIT replay of house {cfg.source.house}, appliance {cfg.source.appliance} "
               "(recorded data, not a live sensor)")
         source = refit_source(cfg.source, cfg.device, WallClock().now())
-    return _run_until_interrupted(AgentService(cfg, source=source).run(max_reports=args.max_reports))
+    return run_service(AgentService(cfg, source=source, max_reports=args.max_reports))
 
 
 def cmd_flash(args: argparse.Namespace) -> int:
@@ -90,20 +82,20 @@ def cmd_fog(args: argparse.Namespace) -> int:
     from fog_shuffler.config import FogConfig
     from fog_shuffler.service import FogService
 
-    return _run_until_interrupted(FogService(FogConfig.load(args.config)).run())
+    return run_service(FogService(FogConfig.load(args.config)))
 
 
 def cmd_fusion(args: argparse.Namespace) -> int:
     from fusion_center.config import FusionConfig
     from fusion_center.service import FusionService
 
-    return _run_until_interrupted(FusionService(FusionConfig.load(args.config), config_path=args.config).run())
+    return run_service(FusionService(FusionConfig.load(args.config), config_path=args.config))
 
 
 def cmd_broker_metrics(args: argparse.Namespace) -> int:
     from rase_common.broker_metrics import BrokerMetricsBridge, BrokerMetricsConfig
 
-    return _run_until_interrupted(BrokerMetricsBridge(BrokerMetricsConfig.load(args.config)).run())
+    return run_service(BrokerMetricsBridge(BrokerMetricsConfig.load(args.config)))
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

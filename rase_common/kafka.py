@@ -34,6 +34,15 @@ class KafkaConfig(BaseModel):
     client_id: str | None = None
 
 
+def quiet_aiokafka() -> None:
+    """aiokafka logs a warning or an error per internal retry and connection
+    attempt (dozens a second while a broker is down). What fails reaches the
+    services as an exception, and they report an outage once when it starts
+    and once when it ends (rase_common.errors.Outage), with the error; so
+    aiokafka's own lines are silenced."""
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+
 class KafkaSink:
     """Produces each message to the topic with its key, acks=all, and returns
     once Kafka has it. The producer starts on first use and again after a
@@ -42,6 +51,7 @@ class KafkaSink:
     def __init__(self, cfg: KafkaConfig):
         self.cfg = cfg
         self.producer = None
+        quiet_aiokafka()
 
     async def _producer(self):  # noqa: ANN202
         if self.producer is None:
@@ -107,6 +117,7 @@ class KafkaSource:
         self._fetcher: asyncio.Task | None = None
         self._committer: asyncio.Task | None = None
         self.commit_failures = 0
+        quiet_aiokafka()
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer
