@@ -335,6 +335,7 @@ class FogService(Service):
                 continue
             await self._release(cw)
             closed += 1
+            await asyncio.sleep(0)      # ingest and a stop are not held up by a backlog of windows
         t_min = self.now_t() - self.cfg.lateness_periods - 2
         self.windows.forget_before(t_min)
         if closed:

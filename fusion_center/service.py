@@ -49,6 +49,7 @@ from rase_common.service import Service
 log = logging.getLogger(__name__)
 LARGE = 20_000  # estimate in a worker thread above this many reports
 BATCH = 5000
+STORE_EVERY_S = 0.05   # a backlog of timestamps is stored in commits of this much estimating each
 
 
 class FusionService(Service):
@@ -95,6 +96,7 @@ class FusionService(Service):
         stack.callback(self.store.close)
         self.quarantine = Quarantine(self.store.db, self.metrics.rejected, log)
         self._restore()
+        await asyncio.to_thread(self._warm_up)
         if self.cfg.metrics_port is not None:
             self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
         self.link = self.make_link()
@@ -112,6 +114,18 @@ class FusionService(Service):
             log.info("central target (%g, %g) over windows of %d uniformly shuffled reports: broadcasting eps %.4g "
                      "per report; devices whose own eps is lower report nothing (no_eps_level)",
                      ct.eps, ct.delta, ct.devices, self.precision.eps_levels[0])
+
+    def _warm_up(self) -> None:
+        """Estimate one made-up timestamp before taking any window: the
+        estimators' first call imports scipy and builds tables (seconds on a
+        busy machine), which must not stall the first real timestamps."""
+        p = self.precision
+        value = 0.0 if p.mechanism in ("binary", "categorical") else p.x_min
+        window = WindowMessage.uniform("warm-up", 0, [value] * 12, eps=p.eps_levels[0], kind=p.mechanism)
+        try:
+            aggregate(0, [window], p, {"warm-up"}, level=self.cfg.level, bootstrap_b=self.cfg.bootstrap_b)
+        except Exception as err:  # noqa: BLE001 - best effort: the real timestamps report real errors
+            log.debug("estimator warm-up: %r", err)
 
     def make_link(self) -> MqttLink:
         subs = [(topics.WINDOWS_FILTER, 1)] if self._source is None and self.cfg.source == "mqtt" else []
@@ -214,7 +228,10 @@ class FusionService(Service):
         return agg, est, time.perf_counter() - t0
 
     async def _close_due(self) -> int:
-        closed = 0
+        """Estimate every due timestamp, yielding between them (so intake and
+        a stop are never held up), and store their aggregates a few at a time:
+        one commit (one fsync) per STORE_EVERY_S of estimating, not per t."""
+        done, closed, since = [], 0, time.monotonic()
         for t in self.merger.due(self.clock.now()):
             first = self.merger.first_seen.get(t, self.clock.now())
             windows = self.merger.pop(t)
@@ -224,6 +241,7 @@ class FusionService(Service):
                     agg, est, secs = await asyncio.to_thread(self._estimate, t, windows)
                 else:
                     agg, est, secs = self._estimate(t, windows)
+                    await asyncio.sleep(0)
             except Exception as err:  # noqa: BLE001 - windows that cannot be estimated must not stop the service
                 # Valid windows whose values this deployment cannot estimate (e.g. a kind that does not
                 # fit its settings): quarantined and dropped, or every restart would fail on them again.
@@ -233,22 +251,31 @@ class FusionService(Service):
                 self.store.drop_windows(t)
                 continue
             self.metrics.estimator_seconds.observe(secs)
-            try:
-                stored = self.store.store_aggregate("all", t, agg.model_dump_json(), self.clock.now())
-            except StorageError:
-                for w in windows:                  # they stay pending, and on disk, until it can be stored
+            done.append((t, first, windows, agg, est))
+            if time.monotonic() - since >= STORE_EVERY_S:
+                closed += self._store(done)
+                done, since = [], time.monotonic()
+        return closed + (self._store(done) if done else 0)
+
+    def _store(self, done: list) -> int:
+        try:
+            stored = self.store.store_aggregates("all", [(t, agg.model_dump_json()) for t, _, _, agg, _ in done],
+                                                 self.clock.now())
+        except StorageError:
+            for _, first, windows, _, _ in done:      # they stay pending, and on disk, until they can be stored
+                for w in windows:
                     self.merger.add(w, first)
-                raise
-            if stored:
+            raise
+        for (t, first, _, agg, est), new in zip(done, stored):
+            if new:
                 self.metrics.closed.inc()
                 self.metrics.show_aggregate(agg, est)
                 if not agg.complete:
                     self.metrics.incomplete.inc()
                 self.history.add(agg.mechanism, t, est)
                 self.metrics.lag.observe(max(0.0, (self.clock.now() - first) / getattr(self.clock, "speedup", 1)))
-                self.outbox_wakeup.set()
-            closed += 1
-        return closed
+        self.outbox_wakeup.set()
+        return len(done)
 
     # -- publishing ------------------------------------------------------------------
     async def _publish(self, row: tuple[str, int, str]) -> None:

@@ -73,6 +73,19 @@ class AggregateStore:
             self.db.execute("DELETE FROM windows WHERE t=?", (t,))
             return cur.rowcount == 1
 
+    def store_aggregates(self, scope: str, rows: list[tuple[int, str]], created: float) -> list[bool]:
+        """store_aggregate for several timestamps in one transaction (one
+        fsync); per row, whether it was new."""
+        with storage_errors("fusion store"), self.db:
+            self.db.execute("BEGIN")
+            out = []
+            for t, payload in rows:
+                cur = self.db.execute("INSERT OR IGNORE INTO aggregates (scope, t, payload, created) "
+                                      "VALUES (?,?,?,?)", (scope, t, payload, created))
+                self.db.execute("DELETE FROM windows WHERE t=?", (t,))
+                out.append(cur.rowcount == 1)
+            return out
+
     def unpublished(self) -> list[tuple[str, int, str]]:
         with storage_errors("fusion store"):
             return self.db.execute("SELECT scope, t, payload FROM aggregates WHERE published=0 ORDER BY t").fetchall()
