@@ -77,6 +77,23 @@ def cmd_flash(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_certs(args: argparse.Namespace) -> int:
+    from rase_common.certs import CertsError, make_pki
+
+    try:
+        pki = make_pki(Path(args.out), args.host, clients=args.client or [], days=args.days)
+    except CertsError as err:
+        print(f"rase certs: {err}", file=sys.stderr)
+        return 1
+    print(f"CA:     {pki.ca_cert} (key {pki.ca_key}: keep it private)")
+    print(f"server: {pki.server_cert}, {pki.server_key} for {', '.join(args.host)}")
+    for name, (cert, key) in pki.clients.items():
+        print(f"client: {cert}, {key} ({name})")
+    print(f"Mosquitto: cafile {pki.ca_cert} / certfile {pki.server_cert} / keyfile {pki.server_key}; "
+          f"boards: rase flash --ca {pki.ca_cert}; services: [broker] tls = true, ca_file = \"{pki.ca_cert}\"")
+    return 0
+
+
 def cmd_fog(args: argparse.Namespace) -> int:
     from fog_shuffler.config import FogConfig
     from fog_shuffler.service import FogService
@@ -432,6 +449,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="umqtt/simple.py to bundle (default: the board's own, else the cached pinned release, "
                         "else fetched from the package index)")
     f.set_defaults(func=cmd_flash)
+
+    ce = sub.add_parser("certs", help="make a development CA and the broker's (and clients') TLS certificates")
+    ce.add_argument("--out", default="certs", help="folder for ca.crt, server.crt and keys (a CA there is reused)")
+    ce.add_argument("--host", action="append", required=True,
+                    help="the broker's name or IP address as clients reach it (repeatable)")
+    ce.add_argument("--client", action="append", help="also issue a client certificate with this name (repeatable)")
+    ce.add_argument("--days", type=int, default=825, help="validity of the server and client certificates")
+    ce.set_defaults(func=cmd_certs)
 
     fg = sub.add_parser("fog", help="run the fog shuffler")
     fg.add_argument("--config", required=True, type=Path)
