@@ -8,7 +8,8 @@ import json
 from edge_agent.mechanisms import DEFAULT_BANDS, DEFAULT_MECHANISM, DEFAULT_ON_ABOVE, check_bands, check_mechanism
 
 VERSION = 1
-STATES = ("online", "offline", "budget_exhausted", "no_eps_level", "control_rejected", "ledger_unreadable")
+STATES = ("online", "offline", "budget_exhausted", "no_eps_level", "control_rejected", "ledger_unreadable",
+          "ledger_unwritable")
 MAX_CONTROL_BYTES = 4096
 MAX_EPS_LEVELS = 16
 CONTROL_TOPIC = "rase/v1/control/precision"
