@@ -1,0 +1,126 @@
+# The sockets umqtt.simple uses on a board, with every blocking step bounded.
+#
+# umqtt.simple sets no timeout before its CONNACK read (1.3.4, 1.4.0), and
+# its wait_msg() calls setblocking(True), which on the ESP32 and RP2 ports
+# clears any timeout: a silent broker would hold the loop past the watchdog.
+# So umqtt is handed this module's `Sockets` in place of its `socket` module
+# (the one name every release imports it as). Each socket it opens:
+# - has a timeout of timeout_s on connect, the TLS handshake, every read and
+#   write, and gets it back whenever umqtt asks for a blocking socket;
+# - calls `between()` before each blocking step, so the board loop feeds
+#   its watchdog and takes a reading that falls due while the link is slow;
+# - with TLS, verifies the broker: an ssl.SSLContext with CERT_REQUIRED, the
+#   deployment's CA and the broker's host name. umqtt >= 1.4 takes it as
+#   ssl= (Tls below stands for the context); for 1.3.4, which would import
+#   `ussl` (gone in MicroPython 1.23), the socket wraps itself.
+# Host names are resolved once and kept until connects keep failing.
+
+
+def tls_context(ca_der):
+    """A client context that accepts only certificates from this CA."""
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.verify_mode = ssl.CERT_REQUIRED   # MicroPython's default is CERT_NONE
+    ctx.load_verify_locations(cadata=ca_der)
+    return ctx
+
+
+def umqtt_takes_context(client_cls):
+    """umqtt.simple >= 1.4 takes an SSLContext as ssl= (default None); 1.3.4
+    takes ssl=True plus ssl_params for its `ussl` (default False)."""
+    return client_cls("probe", "0.0.0.0").ssl is not False
+
+
+class Tls:
+    """What umqtt >= 1.4 calls as `ssl.wrap_socket(sock, server_hostname=...)`."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def wrap_socket(self, sock, server_hostname=None, **kw):
+        sock.start_tls(self.ctx, server_hostname)
+        return sock
+
+
+class TimedSocket:
+    def __init__(self, raw, timeout_s, between, tls=None):
+        self.raw = raw
+        self.s = raw
+        self.timeout_s = timeout_s
+        self.between = between
+        self.tls = tls            # (ctx, host name) when this socket wraps itself
+        raw.settimeout(timeout_s)
+
+    def start_tls(self, ctx, host):
+        self.between()
+        self.s = ctx.wrap_socket(self.raw, server_hostname=host)
+
+    def connect(self, addr):
+        self.between()
+        self.raw.connect(addr)
+        if self.tls is not None:
+            self.start_tls(self.tls[0], self.tls[1])
+
+    def read(self, n):
+        self.between()
+        return self.s.read(n)
+
+    def write(self, buf, n=None):
+        self.between()
+        return self.s.write(buf) if n is None else self.s.write(buf, n)
+
+    def setblocking(self, flag):
+        if flag:
+            self.raw.settimeout(self.timeout_s)   # "blocking" means bounded here
+        else:
+            self.raw.setblocking(False)
+
+    def settimeout(self, s):
+        # umqtt >= 1.5 passes connect()'s timeout (None by default): never unbounded.
+        if s is not None and 0 < s < self.timeout_s:
+            self.timeout_s = s
+        self.raw.settimeout(self.timeout_s)
+
+    def close(self):
+        for s in (self.s, self.raw):
+            try:
+                s.close()
+            except Exception:  # already closed or broken; nothing more to release
+                pass
+
+
+class Sockets:
+    """Stands for the `socket` module inside umqtt.simple (see the top)."""
+
+    def __init__(self, timeout_s, between=None, base=None, tls=None):
+        self.base = base          # the real socket module; install() finds it
+        self.timeout_s = timeout_s
+        self.between = between or (lambda: None)
+        self.tls = tls            # (ctx, host name): sockets wrap themselves (umqtt 1.3.4)
+        self.addrs = {}
+
+    def socket(self, *args):
+        return TimedSocket(self.base.socket(*args), self.timeout_s, self.between, self.tls)
+
+    def getaddrinfo(self, host, port, *args):
+        key = (host, port)
+        if key not in self.addrs:
+            self.between()
+            self.addrs[key] = self.base.getaddrinfo(host, port, *args)
+            self.between()
+        return self.addrs[key]
+
+    def forget(self):
+        """Resolve again on the next connect (the broker may have moved)."""
+        self.addrs = {}
+
+
+def install(simple_module, sockets):
+    """Make umqtt.simple open its sockets through `sockets`."""
+    current = getattr(simple_module, "socket", None)
+    if isinstance(current, Sockets):
+        current = current.base
+    if sockets.base is None:
+        sockets.base = current   # whatever umqtt imported: usocket, socket, or a test's
+    simple_module.socket = sockets
+    return sockets
