@@ -189,7 +189,7 @@ class BoardLoop:
         self.sensor_errors = 0
         self.last_status_at = 0
         self.read_t = None          # the period whose reading was last attempted
-        self.shown_error = None
+        self.shown_error = "not connected yet"   # so the first link up is shown
 
     def _machine(self):
         if self.machine is None:

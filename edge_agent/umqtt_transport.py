@@ -19,12 +19,20 @@ REFUSED = {1: "unacceptable protocol version", 2: "client id rejected", 3: "serv
            4: "bad user name or password", 5: "not authorized"}
 
 
+# Socket errors worth a word (MicroPython uses Linux errno numbers on every
+# port; -1 is umqtt's own for a connection closed by the broker).
+ERRNO = {-1: "connection closed by the broker", 103: "connection aborted", 104: "connection reset",
+         110: "timed out", 111: "connection refused", 113: "host unreachable", 12: "out of memory"}
+
+
 def describe(exc):
     """One line for the board's console: what failed and why."""
     name = type(exc).__name__
     arg = exc.args[0] if exc.args else ""
     if name == "MQTTException" and arg in REFUSED:
         return "broker refused the connection: %s (CONNACK %d)" % (REFUSED[arg], arg)
+    if isinstance(exc, OSError) and arg in ERRNO:
+        return "OSError %d: %s" % (arg, ERRNO[arg])
     text = (" ".join(str(a) for a in exc.args)).strip()
     return "%s: %s" % (name, text) if text else name
 

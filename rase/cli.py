@@ -64,12 +64,17 @@ def cmd_flash(args: argparse.Namespace) -> int:
             pin = board_deps.UMQTT_SIMPLE
             print(f"cached {pin.project} {pin.version} (sha256 checked) at {path}")
             return 0
+        if args.config is None:
+            print("rase flash: --config is required: a board needs its own device name, the broker's address "
+                  "as the board reaches it, and Wi-Fi (copy configs/agent.example.toml; see docs/boards.md)",
+                  file=sys.stderr)
+            return 2
         cfg = AgentConfig.load(args.config)
         if args.bundle_only:
-            files = build_bundle(cfg, Path(args.bundle_only), sensor=args.sensor, umqtt=args.umqtt)
+            files = build_bundle(cfg, Path(args.bundle_only), sensor=args.sensor, umqtt=args.umqtt, ca=args.ca)
             print(f"wrote {len(files)} files to {args.bundle_only}")
             return 0
-        source = flash_board(cfg, args.port, sensor=args.sensor, umqtt=args.umqtt)
+        source = flash_board(cfg, args.port, sensor=args.sensor, umqtt=args.umqtt, ca=args.ca)
     except (FlashError, board_deps.BoardDepsError) as err:
         print(f"rase flash: {err}", file=sys.stderr)
         return 1
@@ -438,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_agent)
 
     f = sub.add_parser("flash", help="build a MicroPython board bundle and copy it with mpremote")
-    f.add_argument("--config", type=Path, default=Path("configs/agent.example.toml"))
+    f.add_argument("--config", type=Path, help="this device's config (TOML, as configs/agent.example.toml)")
+    f.add_argument("--ca", type=Path, help="the deployment's CA certificate for TLS (default: [broker] ca_file)")
     g = f.add_mutually_exclusive_group(required=True)
     g.add_argument("--port", help="serial port of the board, e.g. /dev/ttyACM0")
     g.add_argument("--bundle-only", metavar="DIR", help="write the bundle to DIR, no board needed")
