@@ -190,6 +190,7 @@ class BoardLoop:
         self.last_status_at = 0
         self.read_t = None          # the period whose reading was last attempted
         self.shown_error = "not connected yet"   # so the first link up is shown
+        self.shown_state = "online"
 
     def _machine(self):
         if self.machine is None:
@@ -272,8 +273,12 @@ class BoardLoop:
         self._read(now)
         self._link(now)
         every = self.board["status_every_reports"]
-        if every and self.core.sent - self.last_status_at >= every:
+        state_changed = self.core.status != self.shown_state
+        if state_changed or (every and self.core.sent - self.last_status_at >= every):
+            # Every status_every_reports reports, and at once when the state changes
+            # (budget_exhausted, ledger_unwritable, ...: reporting may have stopped).
             self.last_status_at = self.core.sent
+            self.shown_state = self.core.status
             self.log(self.status_line())
 
     def wait_s(self, now):

@@ -203,3 +203,44 @@ def test_bundle_survives_broker_kill_and_silent_broker_with_nothing_lost_and_rep
     # The fog accepted the board's reports and the fusion center aggregated them.
     aggregated = set(stored(db))
     assert len(aggregated & set(ts)) >= len(ts) // 2, (sorted(aggregated), ts, fog_log.read_text()[-2000:])
+
+
+def test_bundle_with_wifi_down_queues_readings_and_delivers_them_when_it_joins(own_mosquitto, tmp_path):
+    rec = Recorder(own_mosquitto.port, ["rase/v1/reports/#"], client_id="wifi-rec")
+    board = UnixBoard(tmp_path, board_toml(own_mosquitto.port))
+    board.wifi(False)      # the network stand-in: no access point in range
+    board.start()
+    try:
+        board.wait_for(lambda: int(board.status().get("queued", 0)) >= 4, what="4 readings queued")
+        down = board.status()
+        board.wifi(True)
+        board.wait_for(lambda: board.status()["queued"] == "0" and board.status()["link"] == "up", 20,
+                       "the queue delivered after joining")
+        last = int(board.status()["sent"])
+        assert rec.wait_for(lambda: seqs(rec) >= set(range(1, last + 1)))
+    finally:
+        board.stop()
+        rec.close()
+    assert down["link"] == "down" and down["sent"] == down["queued"]
+    assert "error=wifi: not connected to 'lab' after 1 s (status 'no AP in range (stand-in)')" in " ".join(
+        line for line in board.lines() if line.startswith("rase: sent=")), board.dump("no wifi reason")
+    assert board.status()["dropped"] == "0"
+
+
+def test_bundle_with_a_refused_password_says_why_and_keeps_its_readings(tmp_path):
+    passwd = tmp_path / "passwd"
+    passwd.write_text("")
+    subprocess.run(["mosquitto_passwd", "-b", str(passwd), "b1", "right"], check=True, capture_output=True)
+    broker = Mosquitto(tmp_path / "mq", extra_conf=f"password_file {passwd}\n")
+    broker.conf_path.write_text(broker.conf_path.read_text().replace("allow_anonymous true", "allow_anonymous false"))
+    broker.start()
+    board = UnixBoard(tmp_path, board_toml(broker.port, password="wrong")).start()
+    try:
+        board.wait_for(lambda: int(board.status().get("queued", 0)) >= 4, what="4 readings queued")
+        status = board.status()
+    finally:
+        board.stop()
+        broker.stop()
+    assert "rase: link down: broker refused the connection: not authorized (CONNACK 5)" in board.lines()
+    assert status["link"] == "down" and status["dropped"] == "0" and status["sent"] == status["queued"]
+    assert board.proc.returncode != 3     # terminated by the test, not by the watchdog
