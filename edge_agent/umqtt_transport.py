@@ -33,7 +33,7 @@ def describe(exc):
         return "broker refused the connection: %s (CONNACK %d)" % (REFUSED[arg], arg)
     if isinstance(exc, OSError) and arg in ERRNO:
         return "OSError %d: %s" % (arg, ERRNO[arg])
-    text = (" ".join(str(a) for a in exc.args)).strip()
+    text = " ".join(" ".join(str(a) for a in exc.args).split())   # mbedTLS messages span lines
     return "%s: %s" % (name, text) if text else name
 
 

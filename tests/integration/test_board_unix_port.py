@@ -13,6 +13,7 @@ the device core, the loop, the ledger on the file system.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -66,7 +67,8 @@ class UnixBoard:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "UnixBoard":
-        env = dict(os.environ, MICROPYPATH=f"{self.dir / 'lib'}:{self.dir / 'standins'}")
+        # .frozen: the port's frozen modules (ssl among them), on a board's path too.
+        env = dict(os.environ, MICROPYPATH=f"{self.dir / 'lib'}:{self.dir / 'standins'}:.frozen")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([str(micropython_unix()), "main.py"], cwd=self.dir, env=env,
                                          stdout=log, stderr=subprocess.STDOUT)
@@ -129,12 +131,13 @@ def start_service(kind: str, toml: str, tmp_path: Path) -> tuple[subprocess.Pope
     return proc, log_path
 
 
-@pytest.fixture
-def fog_and_fusion(tmp_path):
+@contextlib.contextmanager
+def pipeline(tmp_path: Path, extra_conf: str = ""):
     """`rase fog` (region r1 with b1 registered, k_min 1, 1 s periods) and
     `rase fusion` (the same cadence in its control message) on a Mosquitto
-    whose state is saved every second (so subscriptions survive a SIGKILL)."""
-    broker = Mosquitto(tmp_path / "mq", extra_conf="autosave_interval 1\n").start()
+    whose state is saved every second (so subscriptions survive a SIGKILL).
+    Yields (broker, the fusion store, the fog's log)."""
+    broker = Mosquitto(tmp_path / "mq", extra_conf="autosave_interval 1\n" + extra_conf).start()
     fog, fog_log = start_service("fog", (
         f'name = "bfog"\nperiod_s = {PERIOD_S}\nepoch0 = 0.0\nk_min = 1\nlateness_periods = 1\n'
         f'journal_path = "{tmp_path / "fog.sqlite"}"\n[broker]\nport = {broker.port}\n'
@@ -156,6 +159,12 @@ def fog_and_fusion(tmp_path):
             proc.terminate()
             proc.wait(15)
         broker.stop()
+
+
+@pytest.fixture
+def fog_and_fusion(tmp_path):
+    with pipeline(tmp_path) as running:
+        yield running
 
 
 def test_bundle_survives_broker_kill_and_silent_broker_with_nothing_lost_and_reports_in_aggregates(
