@@ -16,6 +16,7 @@ import json
 import time
 
 from edge_agent import board_net
+from edge_agent.board_net import Network
 from edge_agent.core import AgentCore
 from edge_agent.entropy import RandomBits
 from edge_agent.ledger import BudgetLedger
@@ -37,58 +38,6 @@ CONFIG_PATH = "rase_config.json"   # relative: a board starts main.py in its roo
 def unix_clock():
     offset = EPOCH_2000_OFFSET_S if time.gmtime(0)[0] == 2000 else 0
     return lambda: time.time() + offset
-
-
-class Network:
-    """Wi-Fi (network.WLAN) and NTP (ntptime) for the board loop. Each call
-    returns True or False; none raises."""
-
-    def __init__(self, board, sleep=time.sleep, feed=None):
-        self.board = board
-        self.sleep = sleep
-        self.feed = feed or (lambda: None)
-        self.wlan = None
-        self.last_error = None
-
-    def up(self):
-        ssid = self.board["wifi_ssid"]
-        if not ssid:
-            return True  # wired, or the firmware brings the network up itself
-        try:
-            import network
-            if self.wlan is None:
-                self.wlan = network.WLAN(network.STA_IF)
-                self.wlan.active(True)
-            if self.wlan.isconnected():
-                return True
-            self.wlan.connect(ssid, self.board["wifi_password"] or "")
-            waited = 0.0
-            while not self.wlan.isconnected() and waited < self.board["wifi_timeout_s"]:
-                self.feed()
-                self.sleep(0.25)
-                waited += 0.25
-            if self.wlan.isconnected():
-                return True
-            self.last_error = "wifi: not connected to %r after %g s (status %r)" % (
-                ssid, self.board["wifi_timeout_s"], self._wlan_status())
-        except Exception as exc:  # no network module, radio error: retried on the next failure
-            self.last_error = "wifi: %s: %s" % (type(exc).__name__, exc)
-        return False
-
-    def _wlan_status(self):
-        try:
-            return self.wlan.status()
-        except Exception:  # not every port has status()
-            return None
-
-    def sync_time(self):
-        try:
-            import ntptime
-            ntptime.host = self.board["ntp_host"]
-            ntptime.settime()
-            return True
-        except Exception:  # no answer: retried after ntp_retry_s
-            return False
 
 
 def load_config(path=CONFIG_PATH):
@@ -120,16 +69,6 @@ def build_core(cfg, bits=None):
                      mechanism=cfg.get("mechanism", "br"))
 
 
-def link_timeout_s(cfg, board):
-    """The bound on one blocking socket step: the configured one, at most a
-    third of the watchdog and half a period (so a period's reading is taken
-    between two steps), never below 0.2 s."""
-    t = board["link_timeout_s"]
-    if board["watchdog_s"]:
-        t = min(t, board["watchdog_s"] / 3.0)
-    return max(0.2, min(t, cfg["period_s"] / 2.0))
-
-
 def make_umqtt_factory(cfg, sockets):
     """A function making umqtt.simple clients whose sockets are `sockets`
     (bounded; with TLS, verified against the deployment's CA)."""
@@ -138,7 +77,7 @@ def make_umqtt_factory(cfg, sockets):
     host = b["host"]
     board_net.install(simple, sockets)
     tls = b.get("tls", False)
-    ssl_arg = False
+    ssl_arg = None  # type: board_net.Tls | None
 
     def make():
         if tls:
@@ -175,7 +114,7 @@ class BoardLoop:
         self.log = log
         self.clock = clock or unix_clock()
         self.core = build_core(cfg, bits=RandomBits() if bits is None else bits)
-        self.sockets = board_net.Sockets(link_timeout_s(cfg, self.board), self.between)
+        self.sockets = board_net.Sockets(board_net.link_timeout_s(cfg, self.board), self.between)
         keepalive_s = cfg["broker"].get("keepalive_s", 60) if "broker" in cfg else 60
         self.transport = UmqttTransport(self.core, make_client or make_umqtt_factory(cfg, self.sockets),
                                         keepalive_s=keepalive_s)
@@ -189,7 +128,7 @@ class BoardLoop:
         self.sensor_errors = 0
         self.last_status_at = 0
         self.read_t = None          # the period whose reading was last attempted
-        self.shown_error = "not connected yet"   # so the first link up is shown
+        self.shown_error = "not connected yet"  # type: str | None  # so the first link up is shown
         self.shown_state = "online"
 
     def _machine(self):

@@ -14,13 +14,85 @@
 #   ssl= (Tls below stands for the context); for 1.3.4, which would import
 #   `ussl` (gone in MicroPython 1.23), the socket wraps itself.
 # Host names are resolved once and kept until connects keep failing.
+#
+# Network joins Wi-Fi (network.WLAN) and sets the clock (ntptime); neither
+# blocks longer than its own timeout, fed by the loop's between() hook.
+
+import time
+
+
+def link_timeout_s(cfg, board):
+    """The bound on one blocking socket step: the configured one, at most a
+    third of the watchdog and half a period (so a period's reading is taken
+    between two steps), never below 0.2 s."""
+    t = board["link_timeout_s"]
+    if board["watchdog_s"]:
+        t = min(t, board["watchdog_s"] / 3.0)
+    return max(0.2, min(t, cfg["period_s"] / 2.0))
+
+
+class Network:
+    """Wi-Fi (network.WLAN) and NTP (ntptime) for the board loop. Each call
+    returns True or False; none raises."""
+
+    def __init__(self, board, sleep=time.sleep, feed=None):
+        self.board = board
+        self.sleep = sleep
+        self.feed = feed or (lambda: None)
+        self.wlan = None
+        self.last_error = None
+
+    def up(self):
+        ssid = self.board["wifi_ssid"]
+        if not ssid:
+            return True  # wired, or the firmware brings the network up itself
+        try:
+            import network
+            if self.wlan is None:
+                self.wlan = network.WLAN(network.STA_IF)
+                self.wlan.active(True)
+            if self.wlan.isconnected():
+                return True
+            self.wlan.connect(ssid, self.board["wifi_password"] or "")
+            waited = 0.0
+            while not self.wlan.isconnected() and waited < self.board["wifi_timeout_s"]:
+                self.feed()
+                self.sleep(0.25)
+                waited += 0.25
+            if self.wlan.isconnected():
+                return True
+            self.last_error = "wifi: not connected to %r after %g s (status %r)" % (
+                ssid, self.board["wifi_timeout_s"], self._wlan_status())
+        except Exception as exc:  # no network module, radio error: retried on the next failure
+            self.last_error = "wifi: %s: %s" % (type(exc).__name__, exc)
+        return False
+
+    def _wlan_status(self):
+        wlan = self.wlan
+        if wlan is None:
+            return None
+        try:
+            return wlan.status()
+        except Exception:  # not every port has status()
+            return None
+
+    def sync_time(self):
+        try:
+            import ntptime
+            ntptime.host = self.board["ntp_host"]
+            ntptime.settime()
+            return True
+        except Exception:  # no answer: retried after ntp_retry_s
+            return False
 
 
 def tls_context(ca_der):
     """A client context that accepts only certificates from this CA."""
     import ssl
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.verify_mode = ssl.CERT_REQUIRED   # MicroPython's default is CERT_NONE
+    # MicroPython's default is CERT_NONE. (The board stubs lack verify_mode;
+    # MicroPython >= 1.23 has it.)
+    ctx.verify_mode = ssl.CERT_REQUIRED  # type: ignore[attr-defined]
     ctx.load_verify_locations(cadata=ca_der)
     return ctx
 
