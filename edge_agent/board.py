@@ -31,6 +31,7 @@ BOARD_DEFAULTS = {
     "wifi_ssid": None, "wifi_password": None, "wifi_timeout_s": 20,
     "ntp_host": "pool.ntp.org", "ntp": True, "ntp_retry_s": 300, "ntp_resync_s": 86400,
     "watchdog_s": 0, "reset_after_failures": 0, "status_every_reports": 100, "link_timeout_s": 5,
+    "dns_server": None,
 }
 CONFIG_PATH = "rase_config.json"   # relative: a board starts main.py in its root folder
 
@@ -178,6 +179,7 @@ class BoardLoop:
             t.next_try = now + t.backoff_s
             t.backoff_s = min(t.backoff_s * 2, t.backoff_max_s)
         else:
+            self.sockets.dns_server = self.board["dns_server"] or self.net.dns_server
             t.poll(now)
         if t.failures and t.failures % 5 == 0:
             self.sockets.forget()   # resolve the broker's name again: it may have moved
@@ -211,6 +213,7 @@ class BoardLoop:
         self._keep_time(now)
         self._read(now)
         self._link(now)
+        self._read(self.clock())   # a period that began during the link's last step
         every = self.board["status_every_reports"]
         state_changed = self.core.status != self.shown_state
         if state_changed or (every and self.core.sent - self.last_status_at >= every):

@@ -13,12 +13,17 @@
 #   deployment's CA and the broker's host name. umqtt >= 1.4 takes it as
 #   ssl= (Tls below stands for the context); for 1.3.4, which would import
 #   `ussl` (gone in MicroPython 1.23), the socket wraps itself.
-# Host names are resolved once and kept until connects keep failing.
+# Host names are resolved once (edge_agent.dns: bounded, through the DNS
+# server Wi-Fi's DHCP gave, or board.dns_server) and kept until connects
+# keep failing. Without a known DNS server (wired ports, the unix port) the
+# port's own getaddrinfo resolves them.
 #
 # Network joins Wi-Fi (network.WLAN) and sets the clock (ntptime); neither
 # blocks longer than its own timeout, fed by the loop's between() hook.
 
 import time
+
+from edge_agent import dns
 
 
 def link_timeout_s(cfg, board):
@@ -41,6 +46,7 @@ class Network:
         self.feed = feed or (lambda: None)
         self.wlan = None
         self.last_error = None
+        self.dns_server = None    # from DHCP, once joined
 
     def up(self):
         ssid = self.board["wifi_ssid"]
@@ -52,6 +58,7 @@ class Network:
                 self.wlan = network.WLAN(network.STA_IF)
                 self.wlan.active(True)
             if self.wlan.isconnected():
+                self.dns_server = self._wlan_dns()
                 return True
             self.wlan.connect(ssid, self.board["wifi_password"] or "")
             waited = 0.0
@@ -60,12 +67,22 @@ class Network:
                 self.sleep(0.25)
                 waited += 0.25
             if self.wlan.isconnected():
+                self.dns_server = self._wlan_dns()
                 return True
             self.last_error = "wifi: not connected to %r after %g s (status %r)" % (
                 ssid, self.board["wifi_timeout_s"], self._wlan_status())
         except Exception as exc:  # no network module, radio error: retried on the next failure
             self.last_error = "wifi: %s: %s" % (type(exc).__name__, exc)
         return False
+
+    def _wlan_dns(self):
+        wlan = self.wlan
+        if wlan is None:
+            return None
+        try:
+            return wlan.ifconfig()[3]   # (ip, netmask, gateway, dns)
+        except Exception:  # a port without ifconfig(): getaddrinfo resolves
+            return None
 
     def _wlan_status(self):
         wlan = self.wlan
@@ -169,6 +186,7 @@ class Sockets:
         self.timeout_s = timeout_s
         self.between = between or (lambda: None)
         self.tls = tls            # (ctx, host name): sockets wrap themselves (umqtt 1.3.4)
+        self.dns_server = None    # "a.b.c.d" or "a.b.c.d:port"
         self.addrs = {}
 
     def socket(self, *args):
@@ -178,7 +196,12 @@ class Sockets:
         key = (host, port)
         if key not in self.addrs:
             self.between()
-            self.addrs[key] = self.base.getaddrinfo(host, port, *args)
+            target = host
+            server = self.dns_server
+            if server and server != "0.0.0.0" and not dns.is_ipv4(host):
+                ip, _, dport = server.partition(":")
+                target = dns.lookup(self.base, host, ip, self.timeout_s, int(dport or 53), between=self.between)
+            self.addrs[key] = self.base.getaddrinfo(target, port, *args)   # numeric now: no lookup
             self.between()
         return self.addrs[key]
 

@@ -96,6 +96,8 @@ class BoardConfig(BaseModel):
     # The bound on one blocking socket step (connect, TLS, CONNACK, PUBACK);
     # the board also keeps it under a third of watchdog_s and half a period.
     link_timeout_s: float = Field(5.0, gt=0, le=60)
+    # The DNS server the board asks (bounded by link_timeout_s); default: the one DHCP gave Wi-Fi.
+    dns_server: str | None = Field(None, pattern=r"^\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?$")
 
     @model_validator(mode="after")
     def _watchdog_outlasts_a_blocking_call(self) -> "BoardConfig":

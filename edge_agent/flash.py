@@ -24,7 +24,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # The device core, in dependency order. manifest.py lists the same files.
 DEVICE_CORE = ("__init__.py", "entropy.py", "dlaplace.py", "randomizer.py", "ldp_rational.py", "duchi.py",
                "piecewise.py", "mechanisms.py", "binary_rr.py", "categorical.py", "ledger.py", "wire.py",
-               "policy.py", "outbox.py", "core.py", "board_net.py", "umqtt_transport.py", "board.py")
+               "policy.py", "outbox.py", "core.py", "dns.py", "board_net.py", "umqtt_transport.py", "board.py")
 
 MPREMOTE = [sys.executable, "-m", "mpremote"]
 # Run on the board: says whether umqtt.simple is importable (frozen or

@@ -21,6 +21,7 @@ package(
         "policy.py",
         "outbox.py",
         "core.py",
+        "dns.py",
         "board_net.py",
         "umqtt_transport.py",
         "board.py",

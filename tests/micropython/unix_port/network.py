@@ -29,5 +29,10 @@ class WLAN:
     def isconnected(self):
         return self._active and self._joined and _in_range()
 
+    def ifconfig(self):
+        # No DHCP here: DNS "0.0.0.0" means none, and the port's getaddrinfo
+        # resolves (a test names a DNS server with board.dns_server instead).
+        return ("127.0.0.1", "255.0.0.0", "127.0.0.1", "0.0.0.0")
+
     def status(self):
         return "connected (stand-in)" if self.isconnected() else "no AP in range (stand-in)"
