@@ -123,7 +123,7 @@ class BoardLoop:
         self.machine = machine
         if self.board["watchdog_s"]:
             self.wdt = self._machine().WDT(timeout=int(self.board["watchdog_s"] * 1000))
-        self.net = net or Network(self.board, sleep=sleep, feed=self.between)
+        self.net = net or Network(self.board, sleep=sleep, feed=self.between, resolve=self.sockets.resolve)
         self.time_ok = not self.board["ntp"]
         self.next_ntp = 0
         self.sensor_errors = 0
@@ -150,11 +150,18 @@ class BoardLoop:
 
     def _keep_time(self, now):
         if self.board["ntp"] and now >= self.next_ntp:
-            if self.net.sync_time():
+            if self._net_up() and self.net.sync_time():
                 self.time_ok = True
                 self.next_ntp = now + self.board["ntp_resync_s"]
             else:
                 self.next_ntp = now + self.board["ntp_retry_s"]
+
+    def _net_up(self):
+        """Wi-Fi joined (or not needed); the DNS server to ask is then known."""
+        if not self.net.up():
+            return False
+        self.sockets.dns_server = self.board["dns_server"] or getattr(self.net, "dns_server", None)
+        return True
 
     def _read(self, now):
         if not self.time_ok:
@@ -173,13 +180,12 @@ class BoardLoop:
 
     def _link(self, now):
         t = self.transport
-        if t.client is None and now >= t.next_try and not self.net.up():
+        if t.client is None and now >= t.next_try and not self._net_up():
             t.failures += 1
             t.last_error = self.net.last_error
             t.next_try = now + t.backoff_s
             t.backoff_s = min(t.backoff_s * 2, t.backoff_max_s)
         else:
-            self.sockets.dns_server = self.board["dns_server"] or self.net.dns_server
             t.poll(now)
         if t.failures and t.failures % 5 == 0:
             self.sockets.forget()   # resolve the broker's name again: it may have moved

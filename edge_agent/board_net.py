@@ -40,10 +40,11 @@ class Network:
     """Wi-Fi (network.WLAN) and NTP (ntptime) for the board loop. Each call
     returns True or False; none raises."""
 
-    def __init__(self, board, sleep=time.sleep, feed=None):
+    def __init__(self, board, sleep=time.sleep, feed=None, resolve=None):
         self.board = board
         self.sleep = sleep
         self.feed = feed or (lambda: None)
+        self.resolve = resolve or (lambda host: host)   # the NTP server's name, bounded (Sockets.resolve)
         self.wlan = None
         self.last_error = None
         self.dns_server = None    # from DHCP, once joined
@@ -96,8 +97,8 @@ class Network:
     def sync_time(self):
         try:
             import ntptime
-            ntptime.host = self.board["ntp_host"]
-            ntptime.settime()
+            ntptime.host = self.resolve(self.board["ntp_host"])
+            ntptime.settime()    # ntptime waits at most ntptime.timeout (1 s) for the answer
             return True
         except Exception:  # no answer: retried after ntp_retry_s
             return False
@@ -192,16 +193,23 @@ class Sockets:
     def socket(self, *args):
         return TimedSocket(self.base.socket(*args), self.timeout_s, self.between, self.tls)
 
+    def resolve(self, host):
+        """host as an IPv4 address when a DNS server is known (bounded);
+        otherwise host itself, for the port's own getaddrinfo."""
+        server = self.dns_server
+        if not server or server == "0.0.0.0" or dns.is_ipv4(host):
+            return host
+        if self.base is None:   # not installed into umqtt (yet): the port's own module
+            import socket
+            self.base = socket
+        ip, _, dport = server.partition(":")
+        return dns.lookup(self.base, host, ip, self.timeout_s, int(dport or 53), between=self.between)
+
     def getaddrinfo(self, host, port, *args):
         key = (host, port)
         if key not in self.addrs:
             self.between()
-            target = host
-            server = self.dns_server
-            if server and server != "0.0.0.0" and not dns.is_ipv4(host):
-                ip, _, dport = server.partition(":")
-                target = dns.lookup(self.base, host, ip, self.timeout_s, int(dport or 53), between=self.between)
-            self.addrs[key] = self.base.getaddrinfo(target, port, *args)   # numeric now: no lookup
+            self.addrs[key] = self.base.getaddrinfo(self.resolve(host), port, *args)   # numeric: no lookup
             self.between()
         return self.addrs[key]
 
