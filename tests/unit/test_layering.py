@@ -10,8 +10,9 @@ from edge_agent.flash import DEVICE_CORE
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("edge_agent", "fog_shuffler", "fusion_center", "simulators")
+# ssl and socket: the boards' transport (edge_agent/board_net.py: verified TLS, bounded sockets).
 MICROPYTHON_MODULES = {"math", "os", "struct", "json", "time", "edge_agent", "umqtt", "network", "ntptime",
-                       "machine"}
+                       "machine", "ssl", "socket"}
 
 
 def imported_packages(path: Path) -> set[str]:
