@@ -96,6 +96,9 @@ class AgentCore:
             self._set_status("ledger_unreadable")
             return None
         if not self.ledger.try_spend(eps, now):
+            if self.ledger.unwritable:  # the reservation is not on flash: no report may use it
+                self._set_status("ledger_unwritable")
+                return None
             self.skipped_budget += 1
             self._set_status("budget_exhausted")
             return None

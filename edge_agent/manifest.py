@@ -22,6 +22,8 @@ package(
         "policy.py",
         "outbox.py",
         "core.py",
+        "dns.py",
+        "board_net.py",
         "umqtt_transport.py",
         "board.py",
         "vdaf_field.py",

@@ -110,11 +110,17 @@ class AgentService(Service):
             if x is None:
                 return None
             try:
-                return self.core.step(x, now)
+                payload = self.core.step(x, now)
             except ValueError as err:
                 self.sensor_errors += 1
                 log.warning("agent=%s bad reading %r: %s", self.cfg.device, x, err)
                 return None
+            led = self.core.ledger
+            if payload is None and led.unwritable and (led.write_errors == 1 or led.write_errors % 100 == 0):
+                # Fail closed (edge_agent.ledger): no report until a reservation is on disk.
+                log.warning("agent=%s cannot write its ledger %s (%s, %d times): not reporting until it can",
+                            self.cfg.device, led.path, led.last_write_error, led.write_errors)
+            return payload
 
     def _idle_s(self) -> float:
         """Until the next period boundary (the next reading), or sooner while

@@ -9,7 +9,8 @@ from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 
 VERSION = 1
-STATES = ("online", "offline", "budget_exhausted", "no_eps_level", "control_rejected", "ledger_unreadable")
+STATES = ("online", "offline", "budget_exhausted", "no_eps_level", "control_rejected", "ledger_unreadable",
+          "ledger_unwritable")
 MAX_CONTROL_BYTES = 4096
 MAX_EPS_LEVELS = 16
 CONTROL_TOPIC = "rase/v1/control/precision"

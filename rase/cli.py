@@ -65,16 +65,38 @@ def cmd_flash(args: argparse.Namespace) -> int:
             pin = board_deps.UMQTT_SIMPLE
             print(f"cached {pin.project} {pin.version} (sha256 checked) at {path}")
             return 0
+        if args.config is None:
+            print("rase flash: --config is required: a board needs its own device name, the broker's address "
+                  "as the board reaches it, and Wi-Fi (copy configs/agent.example.toml; see docs/boards.md)",
+                  file=sys.stderr)
+            return 2
         cfg = AgentConfig.load(args.config)
         if args.bundle_only:
-            files = build_bundle(cfg, Path(args.bundle_only), sensor=args.sensor, umqtt=args.umqtt)
+            files = build_bundle(cfg, Path(args.bundle_only), sensor=args.sensor, umqtt=args.umqtt, ca=args.ca)
             print(f"wrote {len(files)} files to {args.bundle_only}")
             return 0
-        source = flash_board(cfg, args.port, sensor=args.sensor, umqtt=args.umqtt)
+        source = flash_board(cfg, args.port, sensor=args.sensor, umqtt=args.umqtt, ca=args.ca)
     except (FlashError, board_deps.BoardDepsError) as err:
         print(f"rase flash: {err}", file=sys.stderr)
         return 1
     print(f"flashed {cfg.device} to {args.port} (umqtt: {source}); reset the board to start")
+    return 0
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from rase_common.certs import CertsError, make_pki
+
+    try:
+        pki = make_pki(Path(args.out), args.host, clients=args.client or [], days=args.days)
+    except CertsError as err:
+        print(f"rase certs: {err}", file=sys.stderr)
+        return 1
+    print(f"CA:     {pki.ca_cert} (key {pki.ca_key}: keep it private)")
+    print(f"server: {pki.server_cert}, {pki.server_key} for {', '.join(args.host)}")
+    for name, (cert, key) in pki.clients.items():
+        print(f"client: {cert}, {key} ({name})")
+    print(f"Mosquitto: cafile {pki.ca_cert} / certfile {pki.server_cert} / keyfile {pki.server_key}; "
+          f"boards: rase flash --ca {pki.ca_cert}; services: [broker] tls = true, ca_file = \"{pki.ca_cert}\"")
     return 0
 
 
@@ -455,7 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_agent)
 
     f = sub.add_parser("flash", help="build a MicroPython board bundle and copy it with mpremote")
-    f.add_argument("--config", type=Path, default=Path("configs/agent.example.toml"))
+    f.add_argument("--config", type=Path, help="this device's config (TOML, as configs/agent.example.toml)")
+    f.add_argument("--ca", type=Path, help="the deployment's CA certificate for TLS (default: [broker] ca_file)")
     g = f.add_mutually_exclusive_group(required=True)
     g.add_argument("--port", help="serial port of the board, e.g. /dev/ttyACM0")
     g.add_argument("--bundle-only", metavar="DIR", help="write the bundle to DIR, no board needed")
@@ -466,6 +489,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="umqtt/simple.py to bundle (default: the board's own, else the cached pinned release, "
                         "else fetched from the package index)")
     f.set_defaults(func=cmd_flash)
+
+    ce = sub.add_parser("certs", help="make a development CA and the broker's (and clients') TLS certificates")
+    ce.add_argument("--out", default="certs", help="folder for ca.crt, server.crt and keys (a CA there is reused)")
+    ce.add_argument("--host", action="append", required=True,
+                    help="the broker's name or IP address as clients reach it (repeatable)")
+    ce.add_argument("--client", action="append", help="also issue a client certificate with this name (repeatable)")
+    ce.add_argument("--days", type=int, default=825, help="validity of the server and client certificates")
+    ce.set_defaults(func=cmd_certs)
 
     fg = sub.add_parser("fog", help="run the fog shuffler")
     fg.add_argument("--config", required=True, type=Path)
