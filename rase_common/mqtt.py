@@ -96,7 +96,8 @@ def connect_in_background(client: Client, broker: BrokerConfig, outage: Outage |
             user_disconnect(c, userdata, flags, reason_code, properties)
 
     def on_connect_fail(c, userdata):  # noqa: ANN001
-        outage.failed(TransportError("cannot connect"))
+        why = getattr(c, "last_connect_error", None)
+        outage.failed(TransportError(f"cannot connect: {why}" if why else "cannot connect"))
         if user_fail:
             user_fail(c, userdata)
 
@@ -151,6 +152,14 @@ class Client(mqtt.Client):
 
     DRAIN_PACKETS = 256
     reconnect_backoff: Backoff | None = None    # set by paho_client; reset on every CONNACK
+    last_connect_error: OSError | None = None   # why the last (re)connect failed: paho's loop swallows it
+
+    def reconnect(self) -> mqtt.MQTTErrorCode:
+        try:
+            return super().reconnect()
+        except OSError as err:      # refused, unreachable, or a TLS certificate that does not verify
+            self.last_connect_error = err
+            raise
 
     def _reconnect_wait(self) -> None:  # noqa: D401 - paho's hook, guarded by BACKOFF_RECONNECT
         if self.reconnect_backoff is None or not BACKOFF_RECONNECT:
