@@ -9,10 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from edge_agent import wire
-from edge_agent.policy import KNOWN_MECHANISMS, LocalPolicy
 from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
 from edge_agent.randomizer import Calibration
 from rase_common.mqtt import BrokerConfig
+from rase_common.protocol.control import ControlPolicy
 from rase_common.settings import TomlSettings
 
 
@@ -55,33 +55,6 @@ class SourceConfig(BaseModel):
             raise ValueError("source.callable must be 'module:function' when kind = 'callable'")
         if self.kind == "csv" and not (self.path and self.column):
             raise ValueError("source.path and source.column are needed when kind = 'csv'")
-        return self
-
-
-class PolicyConfig(BaseModel):
-    """The device's local policy over the control message (edge_agent.policy):
-    a control message outside these bounds is ignored whole. eps is bounded by
-    the device's own `eps` (it never uses a menu level above it)."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    period_min_s: float | None = Field(None, gt=0)   # default: the device's own period_s
-    x_min_floor: float = -1e9
-    x_max_ceiling: float = 1e9
-    gamma_min: float = Field(1e-6, gt=0)
-    gamma_max: float = Field(1e9, gt=0)
-    mechanisms: list[str] = list(KNOWN_MECHANISMS)
-
-    def resolved(self, period_s: float) -> dict:
-        d = self.model_dump()
-        d["period_min_s"] = self.period_min_s or period_s
-        return d
-
-    def build(self, period_s: float) -> LocalPolicy:
-        # One set of rules: the device core's own constructor.
-        return LocalPolicy.from_dict(self.resolved(period_s), period_s)
-
-    @model_validator(mode="after")
-    def _valid(self) -> "PolicyConfig":
-        self.build(self.period_min_s or 1.0)
         return self
 
 
@@ -139,7 +112,7 @@ class AgentConfig(TomlSettings):
     mechanism: str = DEFAULT_MECHANISM
     broker: BrokerConfig = BrokerConfig()
     source: SourceConfig | None = None     # required to run (edge_agent.sources); boards read `sensor.py`
-    policy: PolicyConfig = PolicyConfig()
+    policy: ControlPolicy = ControlPolicy()
     board: BoardConfig = BoardConfig()
 
     @field_validator("mechanism")

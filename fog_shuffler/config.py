@@ -16,6 +16,7 @@ from fog_shuffler.relationship import RelationshipGraph
 from fog_shuffler.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
+from rase_common.protocol.control import ControlPolicy
 from rase_common.settings import TomlSettings
 
 REFIT_APPLIANCES = 9
@@ -113,6 +114,9 @@ class FogConfig(TomlSettings):
     # many the fog stops taking reports from the broker, which holds them;
     # journaled reports and windows are never dropped.
     outbox_max_windows: int = Field(1000, ge=1)
+    # What the fog accepts from the control message (as devices do): outside
+    # these bounds it is refused whole and the fog keeps its parameters.
+    control_policy: ControlPolicy = ControlPolicy()
     broker: BrokerConfig = BrokerConfig()
     shuffler: ShufflerConfig = ShufflerConfig()
     privacy_delta: float = Field(1e-6, gt=0, lt=0.01)   # delta of the per-window amplification statement

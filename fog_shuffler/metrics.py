@@ -45,7 +45,7 @@ class FogMetrics:
                                   "control message it follows, by field", ["field"], registry=r)
         for field in PROTOCOL_FIELDS:
             self.config_drift.labels(field).set(0)
-        for reason in REASONS + ("internal", "control_invalid"):
+        for reason in REASONS + ("internal", "control_invalid", "control_refused"):
             self.rejected.labels(reason)
         for mech in WINDOW_MECHANISMS:
             self.forwarded.labels(mech)

@@ -79,6 +79,7 @@ class FogService(Service):
         own = Protocol(cfg.period_s, cfg.epoch0, tuple(cfg.eps_levels), cfg.x_min, cfg.x_max,
                        mechanism=cfg.device_mechanism, on_above=cfg.on_above, bands=tuple(cfg.bands))
         self.protocol = ProtocolFollower(own, grace_periods=cfg.lateness_periods + 2)
+        self.control_policy = cfg.control_policy.build(cfg.period_s)
         self.rules = rules_for(IngestRules(devices={d: r for r, ds in registered.items() for d in ds},
                                            eps_levels=own.eps_levels, x_min=own.x_min, x_max=own.x_max,
                                            lateness_periods=cfg.lateness_periods), own)
@@ -287,10 +288,17 @@ class FogService(Service):
         if not msg.payload:          # an empty retained payload only clears the topic
             return
         try:
-            new = Protocol.from_control(wire.parse_control(msg.payload), self.protocol.current)
+            parsed = wire.parse_control(msg.payload)
         except ValueError as err:
             self.quarantine.put(msg.topic, "control_invalid", str(err), msg.payload)
             return
+        try:
+            self.control_policy.check(parsed)
+        except ValueError as err:
+            # Outside the fog's own policy (a 1 ms period, a range it refuses): the fog keeps its parameters.
+            self.quarantine.put(msg.topic, "control_refused", f"{err}; keeping the current parameters", msg.payload)
+            return
+        new = Protocol.from_control(parsed, self.protocol.current)
         changed = self.protocol.apply(new, self.now_t())
         if not changed:
             return

@@ -10,8 +10,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
+from edge_agent.mechanisms import DEFAULT_MECHANISM, MECHANISMS, check_mechanism
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
+from edge_agent.policy import LocalPolicy
 from edge_agent.randomizer import Calibration, check_finite
 
 
@@ -47,3 +48,35 @@ class ControlMessage(BaseModel):
 
     def calibration(self) -> Calibration:
         return Calibration(beta=self.beta, rho=self.rho, x_min=self.x_min, x_max=self.x_max, gamma=self.gamma)
+
+
+class ControlPolicy(BaseModel):
+    """A receiver's local policy over the control message (edge_agent.policy,
+    the one set of rules): a control message outside these bounds is refused
+    whole, and the receiver keeps its parameters. Devices use it as `[policy]`
+    (they also never use an eps level above their own `eps`), the fog as
+    `[control_policy]`. period_min_s defaults to the receiver's own period."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    period_min_s: float | None = Field(None, gt=0)   # default: the receiver's own period_s
+    period_max_s: float = Field(1e9, gt=0)
+    x_min_floor: float = -1e9
+    x_max_ceiling: float = 1e9
+    gamma_min: float = Field(1e-6, gt=0)
+    gamma_max: float = Field(1e9, gt=0)
+    eps_min: float = Field(0.0, ge=0)
+    eps_max: float = Field(1e9, gt=0)
+    mechanisms: list[str] = list(MECHANISMS)
+
+    def resolved(self, period_s: float) -> dict:
+        d = self.model_dump()
+        d["period_min_s"] = self.period_min_s or period_s
+        return d
+
+    def build(self, period_s: float) -> LocalPolicy:
+        # One set of rules: the device core's own constructor.
+        return LocalPolicy.from_dict(self.resolved(period_s), period_s)
+
+    @model_validator(mode="after")
+    def _valid(self) -> "ControlPolicy":
+        self.build(self.period_min_s or 1.0)
+        return self
