@@ -232,7 +232,7 @@ class BoardLoop:
     def wait_s(self, now):
         """Until shortly after the next period boundary."""
         core = self.core
-        t_next = core.epoch0 + (core.logical_t(now) + 1) * core.period_s
+        t_next = core.schedule.end_of(core.logical_t(now))
         return max(0.05, min(core.period_s, t_next - now + 0.05))
 
     def nap(self, seconds):

@@ -24,7 +24,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # The device core, in dependency order. manifest.py lists the same files.
 DEVICE_CORE = ("__init__.py", "entropy.py", "dlaplace.py", "randomizer.py", "ldp_rational.py", "duchi.py",
                "piecewise.py", "mechanisms.py", "report_kind.py", "binary_rr.py", "categorical.py", "ledger.py",
-               "wire.py", "policy.py", "outbox.py", "core.py", "dns.py", "board_net.py", "umqtt_transport.py",
+               "wire.py", "policy.py", "outbox.py", "schedule.py", "core.py", "dns.py", "board_net.py", "umqtt_transport.py",
                "board.py", "vdaf_field.py", "turboshake.py", "flp.py", "prio3.py", "x25519.py",
                "chacha20poly1305.py", "hpke.py", "prio3_report.py")
 

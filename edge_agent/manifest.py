@@ -21,6 +21,7 @@ package(
         "wire.py",
         "policy.py",
         "outbox.py",
+        "schedule.py",
         "core.py",
         "dns.py",
         "board_net.py",

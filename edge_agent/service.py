@@ -15,7 +15,7 @@ from edge_agent.ledger import BudgetLedger
 from edge_agent.paho_transport import PahoTransport
 from edge_agent.sources import Source, make_source
 from rase_common.clock import ScaledClock, WallClock
-from rase_common.loop import Wakeup, seconds_to_next_period
+from rase_common.loop import Wakeup, seconds_to_next_boundary
 from rase_common.service import Service
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class AgentService(Service):
         """Until the next period boundary (the next reading), or sooner while
         the agent waits for its first calibration or has reports queued."""
         core = self.core
-        wait = seconds_to_next_period(self.clock, core.epoch0, core.period_s, cap_s=core.period_s)
+        wait = seconds_to_next_boundary(self.clock, core.schedule, cap_s=core.period_s)
         if not self.transport.calibrated(self.control_grace_s, self.give_up_s):
             wait = min(wait, self.control_grace_s / 4)
         if len(core.outbox):

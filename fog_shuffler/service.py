@@ -39,7 +39,7 @@ from rase_common.channels import Sink, Source
 from rase_common.clock import ScaledClock, WallClock
 from rase_common.errors import Backoff, Outage, StorageError
 from rase_common.kafka import KafkaSink
-from rase_common.loop import Wakeup, seconds_to_next_period
+from rase_common.loop import Wakeup, seconds_to_next_boundary
 from rase_common.mqtt import MqttLink, MqttSink, MqttSource
 from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
@@ -323,8 +323,7 @@ class FogService(Service):
                 except StorageError as err:
                     self._rebuild = True
                     self.storage.failed(err)
-            cur = self.protocol.current
-            wait = seconds_to_next_period(self.clock, cur.epoch0, cur.period_s, self.cfg.tick_s)
+            wait = seconds_to_next_boundary(self.clock, self.protocol.current.schedule, self.cfg.tick_s)
             if self.storage.down:
                 wait = min(wait, self.storage.retry_in() or 0.0)
             await self.due.wait(None, wait)

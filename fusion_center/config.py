@@ -37,6 +37,10 @@ class FusionConfig(TomlSettings):
     name: str = "fusion1"                 # MQTT client id fusion-<name> (persistent session)
     regions: list[str] = []               # regions expected per t; others are learned as they appear
     merge_deadline_s: float = Field(16.0, ge=0)   # close t this long after its first window
+    # A change of [precision] period_s or epoch0 takes effect at the new
+    # schedule's first boundary this many (longer) periods from now, announced
+    # in the control message meanwhile (edge_agent.schedule).
+    schedule_lead_periods: int = Field(4, ge=1)
     level: float = Field(0.95, gt=0, lt=1)
     bootstrap_b: int = Field(1000, ge=2)
     windows_w: list[int] = [8, 64]        # windowed averages over the last w timestamps

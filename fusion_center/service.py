@@ -42,6 +42,7 @@ from rase_common.loop import Wakeup
 from rase_common.mqtt import MqttLink, MqttSource
 from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
+from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.window import WindowMessage
 from rase_common.quarantine import Quarantine
 from rase_common.service import Service
@@ -96,6 +97,10 @@ class FusionService(Service):
         stack.callback(self.store.close)
         self.quarantine = Quarantine(self.store.db, self.metrics.rejected, log)
         self._restore()
+        stored = self.store.load_control()
+        if stored is not None:
+            self.precision = ControlMessage.model_validate_json(stored)
+            self._adopt(self.cfg.precision)
         await asyncio.to_thread(self._warm_up)
         if self.cfg.metrics_port is not None:
             self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
@@ -251,6 +256,8 @@ class FusionService(Service):
                 self.store.drop_windows(t)
                 continue
             self.metrics.estimator_seconds.observe(secs)
+            # At once, not after the commit: the next timestamp's windowed averages include this one.
+            self.history.add(agg.mechanism, t, est)
             done.append((t, first, windows, agg, est))
             if time.monotonic() - since >= STORE_EVERY_S:
                 closed += self._store(done)
@@ -272,7 +279,6 @@ class FusionService(Service):
                 self.metrics.show_aggregate(agg, est)
                 if not agg.complete:
                     self.metrics.incomplete.inc()
-                self.history.add(agg.mechanism, t, est)
                 self.metrics.lag.observe(max(0.0, (self.clock.now() - first) / getattr(self.clock, "speedup", 1)))
         self.outbox_wakeup.set()
         return len(done)
@@ -298,11 +304,15 @@ class FusionService(Service):
             key = (self.precision, self.link.connects)
             if self.connected and self._control_sent != key:
                 try:
-                    await self.link.publish(topics.CONTROL_TOPIC, self.precision.model_dump_json(), retain=True)
+                    payload = self.precision.model_dump_json(exclude_none=True)
+                    self.store.save_control(payload)
+                    await self.link.publish(topics.CONTROL_TOPIC, payload, retain=True)
                     self._control_sent = key
                     log.info("control message broadcast: %s", json.dumps(self.precision.model_dump()))
                 except TransportError as err:
                     log.debug("control message not published yet: %s", err)
+                except StorageError as err:
+                    self.storage.failed(err)
             await self.control_wakeup.wait(None, 1.0)
 
     def _check_config_change(self) -> None:
@@ -320,6 +330,24 @@ class FusionService(Service):
         except ConfigError as err:
             log.error("config change ignored: %s", err)
             return
-        if new.precision != self.precision:
-            self.precision = new.precision
-            log.info("precision changed in %s", self.config_path)
+        self._adopt(new.precision)
+
+    def _adopt(self, configured: ControlMessage) -> None:
+        """Follow the config's [precision]. A new period or epoch0 is not
+        applied as is (t would jump, and devices never report a t they have
+        passed): it becomes a schedule change at a stated t, continuing t."""
+        cur = self.precision
+        if cur.same_schedule_as(configured.period_s, configured.epoch0):
+            keep = {k: getattr(cur, k) for k in ("epoch0", "since_t", "previous_period_s", "previous_epoch0")}
+            new = ControlMessage(**{**configured.model_dump(), **keep})
+        else:
+            lead = self.cfg.schedule_lead_periods * max(cur.period_s, configured.period_s)
+            base = ControlMessage(**{**configured.model_dump(), **{k: getattr(cur, k) for k in (
+                "period_s", "epoch0", "since_t", "previous_period_s", "previous_epoch0")}})
+            new = base.rescheduled(configured.period_s, configured.epoch0, self.clock.now(), lead)
+            log.info("schedule change: period %g s -> %g s from t=%d (%s UTC), t continues", cur.period_s,
+                     new.period_s, new.since_t, time.strftime("%Y-%m-%d %H:%M:%S",
+                                                              time.gmtime(new.schedule().switch_unix())))
+        if new != cur:
+            self.precision = new
+            log.info("precision changed%s", f" in {self.config_path}" if self.config_path else "")

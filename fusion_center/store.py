@@ -22,6 +22,8 @@ CREATE TABLE IF NOT EXISTS aggregates (scope TEXT, t INTEGER, payload TEXT, publ
 -- The publisher looks for unpublished rows on every turn of the loop: without
 -- this index that is a scan of every aggregate ever stored.
 CREATE INDEX IF NOT EXISTS aggregates_unpublished ON aggregates (published, t);
+-- The control message last broadcast: its schedule (epoch0 rebased by a change of period) outlives a restart.
+CREATE TABLE IF NOT EXISTS control (name TEXT PRIMARY KEY, payload TEXT);
 """
 
 
@@ -93,6 +95,15 @@ class AggregateStore:
     def mark_published(self, scope: str, t: int) -> None:
         with storage_errors("fusion store"):
             self.db.execute("UPDATE aggregates SET published=1 WHERE scope=? AND t=?", (scope, t))
+
+    def save_control(self, payload: str) -> None:
+        with storage_errors("fusion store"):
+            self.db.execute("INSERT OR REPLACE INTO control VALUES ('broadcast', ?)", (payload,))
+
+    def load_control(self) -> str | None:
+        with storage_errors("fusion store"):
+            row = self.db.execute("SELECT payload FROM control WHERE name='broadcast'").fetchone()
+        return row[0] if row else None
 
     def recent(self, scope: str, t_from: int, t_to: int) -> list[dict]:
         rows = self.db.execute("SELECT payload FROM aggregates WHERE scope=? AND t BETWEEN ? AND ? ORDER BY t",
