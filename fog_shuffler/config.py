@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -96,7 +97,12 @@ class FogConfig(TomlSettings):
     period_s: float = Field(8.0, gt=0)
     epoch0: float = 0.0
     speedup: float = Field(1.0, gt=0)   # simulated clocks only
-    lateness_periods: int = Field(1, ge=0)
+    lateness_periods: int = Field(1, ge=0)     # a window closes this many periods after its t ends
+    # Late data: a report whose window closed, within this long after its t
+    # ended, goes into a late batch for that t (forwarded once it has k_min
+    # reports; the fusion center publishes a revised aggregate). Minutes, so a
+    # device's outbox can deliver what it queued through a broker outage.
+    allowed_lateness_s: float = Field(600.0, ge=0)
     k_min: int = Field(10, ge=1)
     eps_levels: list[float] = [1.0]
     x_min: float = 0.0
@@ -167,6 +173,9 @@ class FogConfig(TomlSettings):
             raise ValueError(f"shuffler.buds_batch_size must be >= 2 x k_min = {2 * self.k_min} (a batch can be "
                              f"half the batch size), got {self.shuffler.buds_batch_size}")
         return self
+
+    def late_periods(self) -> int:
+        return int(math.ceil(self.allowed_lateness_s / self.period_s))
 
     @model_validator(mode="after")
     def _range(self) -> "FogConfig":

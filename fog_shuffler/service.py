@@ -73,7 +73,8 @@ class FogService(Service):
         self.metrics = metrics or FogMetrics()
         self.graphs = {r: rc.graph() for r, rc in cfg.regions.items()}
         registered = {r: rc.all_devices() for r, rc in cfg.regions.items()}
-        self.windows = WindowManager(registered=registered, k_min=cfg.k_min, lateness_periods=cfg.lateness_periods)
+        self.windows = WindowManager(registered=registered, k_min=cfg.k_min, lateness_periods=cfg.lateness_periods,
+                                     late_periods=cfg.late_periods())
         self.counters = RegionCounters()
         # The retained control message owns the protocol parameters; the fog follows it.
         own = Protocol(cfg.period_s, cfg.epoch0, tuple(cfg.eps_levels), cfg.x_min, cfg.x_max,
@@ -82,7 +83,7 @@ class FogService(Service):
         self.control_policy = cfg.control_policy.build(cfg.period_s)
         self.rules = rules_for(IngestRules(devices={d: r for r, ds in registered.items() for d in ds},
                                            eps_levels=own.eps_levels, x_min=own.x_min, x_max=own.x_max,
-                                           lateness_periods=cfg.lateness_periods), own)
+                                           lateness_periods=None), own)
         self.params = cfg.shuffler.params()
         self.arrived, self.due, self.outbox_wakeup = Wakeup(), Wakeup(), Wakeup()
         self.wakeup = Wakeups(self.arrived, self.due)   # a driver moved a manual clock: look again
@@ -169,7 +170,8 @@ class FogService(Service):
     def _restore(self) -> None:
         """Reopen journaled windows exactly as they were before a crash."""
         j = self.journal
-        n = self.windows.restore(j.closed_windows(), j.open_reports(), j.duplicate_counts())
+        n = self.windows.restore(j.closed_windows(), j.open_reports(), j.duplicate_counts(), j.seen_devices(),
+                                 self.now_t())
         if n or self.windows.closed:
             log.info("fog restored %d open reports in %d windows; %d windows already closed",
                      n, len(self.windows.open), len(self.windows.closed))
@@ -220,7 +222,7 @@ class FogService(Service):
                 continue
             try:
                 rep = self._validate(msg, now_t)
-                outcome = self.windows.add(rep)
+                outcome = self.windows.add(rep, now_t)
             except Rejected as err:
                 after.append((err.reason, str(err), None, msg))
                 continue
@@ -278,7 +280,7 @@ class FogService(Service):
     def _rebuild_from_journal(self) -> None:
         """After a storage failure: the windows as the journal has them."""
         self.windows = WindowManager(registered=self.windows.registered, k_min=self.cfg.k_min,
-                                     lateness_periods=self.cfg.lateness_periods)
+                                     lateness_periods=self.cfg.lateness_periods, late_periods=self.cfg.late_periods())
         self._restore()
         self._rebuild = False
 
@@ -330,20 +332,24 @@ class FogService(Service):
 
     async def _close_due(self) -> int:
         closed = 0
-        for region, t in self.windows.due(self.now_t()):
+        now_t = self.now_t()
+        for region, t in self.windows.due(now_t):
             cw = self.windows.close(region, t)
             self.metrics.eps_dropped.inc(cw.eps_level_dropped)
+            if cw.revision == 0:
+                # Behind schedule (a storage outage held it): how many periods late it closes.
+                self.metrics.close_delay.observe(max(0, now_t - (t + 1 + self.cfg.lateness_periods)))
             if cw.suppressed:
-                self.journal.close_window(region, t, None)
+                self.journal.close_window(region, t, None, cw.revision)
                 self.metrics.suppressed.inc()
                 self.counters.suppressed[region] += 1
-                log.info("window (%s, %d) suppressed: %d reports < k_min %d", region, t, len(cw.values),
-                         self.cfg.k_min)
+                log.info("%s (%s, %d) suppressed: %d reports < k_min %d",
+                         "late batch" if cw.revision else "window", region, t, len(cw.values), self.cfg.k_min)
                 continue
             await self._release(cw)
             closed += 1
             await asyncio.sleep(0)      # ingest and a stop are not held up by a backlog of windows
-        t_min = self.now_t() - self.cfg.lateness_periods - 2
+        t_min = self.windows.horizon_t(now_t) - 1
         self.windows.forget_before(t_min)
         if closed:
             # Reports older than t_min are rejected as out of range, so their
@@ -361,7 +367,9 @@ class FogService(Service):
         else:
             msg = release_window(*args, **kw)
         self.metrics.shuffle_seconds.observe(time.perf_counter() - t0)
-        self.journal.close_window(cw.region, cw.t, msg.model_dump_json())
+        self.journal.close_window(cw.region, cw.t, msg.model_dump_json(), cw.revision)
+        if cw.revision:
+            self.metrics.late_batches.inc()
         self.counters.forwarded(cw.region)
         self.outbox_size += 1
         self.outbox_wakeup.set()
@@ -371,7 +379,7 @@ class FogService(Service):
         mechs = {b.mechanism for b in msg.batches}
         self.metrics.forwarded.labels(mechs.pop() if len(mechs) == 1 else "uniform").inc()
 
-    def _mark_sent(self, row: tuple[str, int, str]) -> None:
-        self.journal.mark_sent(row[0], row[1])
+    def _mark_sent(self, row: tuple[str, int, str, int]) -> None:
+        self.journal.mark_sent(row[0], row[1], row[3])
         self.outbox_size = max(0, self.outbox_size - 1)
         self.metrics.outbox_windows.set(self.outbox_size)

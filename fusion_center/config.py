@@ -41,6 +41,10 @@ class FusionConfig(TomlSettings):
     # schedule's first boundary this many (longer) periods from now, announced
     # in the control message meanwhile (edge_agent.schedule).
     schedule_lead_periods: int = Field(4, ge=1)
+    # Late batches from the fog (reports that came after their window closed)
+    # revise an aggregate for this long after its t; keep it at least the
+    # fogs' allowed_lateness_s.
+    revise_for_s: float = Field(900.0, ge=0)
     level: float = Field(0.95, gt=0, lt=1)
     bootstrap_b: int = Field(1000, ge=2)
     windows_w: list[int] = [8, 64]        # windowed averages over the last w timestamps

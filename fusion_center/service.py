@@ -112,7 +112,7 @@ class FusionService(Service):
         await self.source.start()
         stack.push_async_callback(self.source.stop)
         self.publisher = OutboxSender("fusion publishing", unsent=self.store.unpublished, send=self._publish,
-                                      mark_sent=lambda row: self.store.mark_published(row[0], row[1]),
+                                      mark_sent=lambda row: self.store.mark_published(row[0], row[1], row[3]),
                                       outage=self.publishing, storage=self.storage, wakeup=self.outbox_wakeup)
         if self.cfg.central_target is not None:
             ct = self.cfg.central_target
@@ -187,20 +187,33 @@ class FusionService(Service):
             except Exception as err:  # noqa: BLE001 - a bug this input triggers must not stop the service
                 log.exception("window could not be processed; quarantined")
                 invalid.append(("internal", repr(err), r))
-        fresh = [(w, r) for w, r in valid if not self.store.has_aggregate("all", w.t)]
-        added = self.store.add_windows([(w.region, w.t, w.model_dump_json(), now) for w, _ in fresh])
+        horizon = self._revise_horizon_t()
+        fresh, revises, too_late = [], [], 0
+        for w, r in valid:
+            stored = self.store.revision("all", w.t)
+            if stored is not None and w.t < horizon:
+                too_late += 1                  # its t can no longer be revised (its windows are pruned)
+                continue
+            fresh.append((w, r))
+            revises.append(stored is not None)
+        added = self.store.add_windows([(w.region, w.t, w.revision, w.model_dump_json(), now) for w, _ in fresh])
         for reason, detail, r in invalid:
             self.quarantine.put("windows", reason, detail, r.payload, now)
-        self.metrics.late.inc(len(valid) - len(fresh))
-        for (w, _), new in zip(fresh, added):
+        self.metrics.late.inc(too_late)
+        for (w, _), new, revise in zip(fresh, added, revises):
             if new:
-                self.merger.add(w, now)
+                self.merger.add(w, now, revises=revise)
                 self.metrics.consumed.inc()
             else:
                 self.metrics.duplicates.inc()
         self.source.ack(got)
         if fresh:
             self.due.set()
+
+    def _revise_horizon_t(self) -> int:
+        schedule = self.precision.schedule()
+        now_t = schedule.t_of(self.clock.now())
+        return now_t - int(self.cfg.revise_for_s // schedule.period_s) - 1
 
     # -- closing ------------------------------------------------------------------
     async def _closer(self) -> None:
@@ -240,13 +253,19 @@ class FusionService(Service):
         for t in self.merger.due(self.clock.now()):
             first = self.merger.first_seen.get(t, self.clock.now())
             windows = self.merger.pop(t)
-            n = sum(w.n for w in windows)
+            before = self.store.revision("all", t)
+            # A late batch revises t: its aggregate is estimated again over every window of t.
+            everything = windows if before is None else \
+                [WindowMessage.model_validate_json(p) for p in self.store.aggregated_windows(t)] + windows
+            n = sum(w.n for w in everything)
             try:
                 if n > LARGE:
-                    agg, est, secs = await asyncio.to_thread(self._estimate, t, windows)
+                    agg, est, secs = await asyncio.to_thread(self._estimate, t, everything)
                 else:
-                    agg, est, secs = self._estimate(t, windows)
+                    agg, est, secs = self._estimate(t, everything)
                     await asyncio.sleep(0)
+                if before is not None:
+                    agg = agg.model_copy(update={"revision": before + 1})
             except Exception as err:  # noqa: BLE001 - windows that cannot be estimated must not stop the service
                 # Valid windows whose values this deployment cannot estimate (e.g. a kind that does not
                 # fit its settings): quarantined and dropped, or every restart would fail on them again.
@@ -266,8 +285,8 @@ class FusionService(Service):
 
     def _store(self, done: list) -> int:
         try:
-            stored = self.store.store_aggregates("all", [(t, agg.model_dump_json()) for t, _, _, agg, _ in done],
-                                                 self.clock.now())
+            stored = self.store.store_aggregates("all", [(t, agg.model_dump_json(), agg.revision)
+                                                         for t, _, _, agg, _ in done], self.clock.now())
         except StorageError:
             for _, first, windows, _, _ in done:      # they stay pending, and on disk, until they can be stored
                 for w in windows:
@@ -280,17 +299,20 @@ class FusionService(Service):
                 if not agg.complete:
                     self.metrics.incomplete.inc()
                 self.metrics.lag.observe(max(0.0, (self.clock.now() - first) / getattr(self.clock, "speedup", 1)))
+        self.store.prune_windows(self._revise_horizon_t())
         self.outbox_wakeup.set()
         return len(done)
 
     # -- publishing ------------------------------------------------------------------
-    async def _publish(self, row: tuple[str, int, str]) -> None:
-        _scope, t, payload = row
+    async def _publish(self, row: tuple[str, int, str, int]) -> None:
+        _scope, t, payload, _revision = row
         if not self.connected:
             raise TransportError("not connected to the broker")
-        # Both QoS 1 publishes queued at once; marked published once both PUBACKs came.
-        futs = [self.link.publish_nowait(topics.aggregate_topic(t), payload),
-                self.link.publish_nowait(topics.AGGREGATE_LATEST_TOPIC, payload, retain=True)]
+        # QoS 1 publishes queued at once; marked published once every PUBACK came. A revision
+        # of an older t goes to its own topic only: `latest` never goes back in time.
+        futs = [self.link.publish_nowait(topics.aggregate_topic(t), payload)]
+        if t >= (self.store.newest_t() or t):
+            futs.append(self.link.publish_nowait(topics.AGGREGATE_LATEST_TOPIC, payload, retain=True))
         try:
             await asyncio.wait_for(asyncio.gather(*futs), 10.0)
         except asyncio.TimeoutError:
