@@ -62,9 +62,12 @@ class KafkaWindowSink:
         if self.producer is None:
             from aiokafka import AIOKafkaProducer
 
-            producer = AIOKafkaProducer(bootstrap_servers=self.cfg.bootstrap_servers, acks="all",
-                                        enable_idempotence=self.cfg.idempotent, client_id=self.cfg.client_id,
-                                        request_timeout_ms=int(self.cfg.request_timeout_s * 1000))
+            try:
+                producer = AIOKafkaProducer(**self.cfg.client_options(), acks="all",
+                                            enable_idempotence=self.cfg.idempotent,
+                                            request_timeout_ms=int(self.cfg.request_timeout_s * 1000))
+            except ValueError as err:   # an unreadable password file: retried like an unreachable broker
+                raise SinkError(f"Kafka client settings: {err}") from err
             try:
                 await producer.start()
             except Exception as err:

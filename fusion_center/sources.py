@@ -99,9 +99,9 @@ class KafkaWindowSource:
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer
 
-        consumer = AIOKafkaConsumer(self.cfg.topic, bootstrap_servers=self.cfg.bootstrap_servers,
+        consumer = AIOKafkaConsumer(self.cfg.topic, **self.cfg.client_options(),
                                     group_id=self.cfg.group_id, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", client_id=self.cfg.client_id,
+                                    auto_offset_reset="earliest",
                                     request_timeout_ms=int(self.cfg.request_timeout_s * 1000) + 30_000)
         await consumer.start()  # aiokafka retries a missing broker itself
         self.consumer = consumer

@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import paho.mqtt.client as mqtt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 log = logging.getLogger(__name__)
 
@@ -21,9 +21,16 @@ class BrokerConfig(BaseModel):
     port: int = Field(1883, ge=1, le=65535)
     username: str | None = None
     password: str | None = None
+    password_file: Path | None = None   # the password in a file (a Docker secret)
     tls: bool = False
     ca_file: Path | None = None
     keepalive_s: int = Field(60, ge=5)
+
+    @model_validator(mode="after")
+    def _password_file(self) -> "BrokerConfig":
+        if self.password_file is not None and (self.password is not None or not self.password_file.is_file()):
+            raise ValueError(f"password_file {self.password_file} must be a readable file, without password")
+        return self
 
     @classmethod
     def from_url(cls, url: str) -> "BrokerConfig":
@@ -153,7 +160,8 @@ def paho_client(broker: BrokerConfig, client_id: str, *, clean_session: bool = T
     c = Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311,
                     clean_session=clean_session, manual_ack=manual_ack)
     if broker.username:
-        c.username_pw_set(broker.username, broker.password)
+        c.username_pw_set(broker.username, broker.password if broker.password_file is None
+                          else broker.password_file.read_text().rstrip("\r\n"))
     if broker.tls:
         c.tls_set(ca_certs=str(broker.ca_file) if broker.ca_file else None, cert_reqs=ssl.CERT_REQUIRED)
     c.reconnect_delay_set(min_delay=1, max_delay=30)
