@@ -13,10 +13,13 @@ picks up a rotated secret.
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from rase_common.settings import ConfigError, read_secret
 
 WINDOWS_TOPIC = "rase.windows"
 
@@ -49,39 +52,34 @@ class KafkaConfig(BaseModel):
         if self.security_protocol in ("SSL", "SASL_SSL"):
             if (self.ssl_cert_file is None) != (self.ssl_key_file is None):
                 raise ValueError("ssl_cert_file and ssl_key_file go together")
-            for name in ("ssl_ca_file", "ssl_cert_file", "ssl_key_file"):
-                path = getattr(self, name)
-                if path is not None and not path.is_file():
-                    raise ValueError(f"{name}: no such file: {path}")
         if self.security_protocol.startswith("SASL_"):
             if not self.sasl_username:
                 raise ValueError(f"security_protocol {self.security_protocol} needs sasl_username")
             if (self.sasl_password is None) == (self.sasl_password_file is None):
                 raise ValueError("give exactly one of sasl_password and sasl_password_file")
-            if self.sasl_password_file is not None and not self.sasl_password_file.is_file():
-                raise ValueError(f"sasl_password_file: no such file: {self.sasl_password_file}")
         return self
 
     def password(self) -> str | None:
         """The SASL password (read from its file now, if it is given as one)."""
         if self.sasl_password_file is not None:
-            try:
-                return self.sasl_password_file.read_text().rstrip("\r\n")
-            except OSError as err:
-                raise ValueError(f"sasl_password_file {self.sasl_password_file}: {err.strerror}") from err
+            return read_secret(self.sasl_password_file, "kafka.sasl_password_file")
         return self.sasl_password.get_secret_value() if self.sasl_password is not None else None
 
     def client_options(self) -> dict[str, Any]:
         """Keyword arguments for AIOKafkaProducer and AIOKafkaConsumer:
         bootstrap servers, client id and security. A TLS context always
-        verifies the broker's certificate and host name."""
+        verifies the broker's certificate and host name. An unreadable file
+        is a ConfigError naming it."""
         opts: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers, "client_id": self.client_id,
                                 "security_protocol": self.security_protocol}
         if self.security_protocol in ("SSL", "SASL_SSL"):
             from aiokafka.helpers import create_ssl_context
 
-            opts["ssl_context"] = create_ssl_context(cafile=self.ssl_ca_file, certfile=self.ssl_cert_file,
-                                                     keyfile=self.ssl_key_file)
+            try:
+                opts["ssl_context"] = create_ssl_context(cafile=self.ssl_ca_file, certfile=self.ssl_cert_file,
+                                                         keyfile=self.ssl_key_file)
+            except (OSError, ssl.SSLError) as err:
+                raise ConfigError(f"kafka.ssl_*_file ({self.ssl_ca_file}, {self.ssl_cert_file}): {err}") from err
         if self.security_protocol.startswith("SASL_"):
             opts.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
                         sasl_plain_password=self.password())

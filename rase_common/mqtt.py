@@ -12,6 +12,8 @@ from urllib.parse import urlparse
 import paho.mqtt.client as mqtt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rase_common.settings import read_secret
+
 log = logging.getLogger(__name__)
 
 
@@ -28,8 +30,8 @@ class BrokerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _password_file(self) -> "BrokerConfig":
-        if self.password_file is not None and (self.password is not None or not self.password_file.is_file()):
-            raise ValueError(f"password_file {self.password_file} must be a readable file, without password")
+        if self.password_file is not None and self.password is not None:
+            raise ValueError("give password or password_file, not both")
         return self
 
     @classmethod
@@ -161,7 +163,7 @@ def paho_client(broker: BrokerConfig, client_id: str, *, clean_session: bool = T
                     clean_session=clean_session, manual_ack=manual_ack)
     if broker.username:
         c.username_pw_set(broker.username, broker.password if broker.password_file is None
-                          else broker.password_file.read_text().rstrip("\r\n"))
+                          else read_secret(broker.password_file, "broker.password_file"))
     if broker.tls:
         c.tls_set(ca_certs=str(broker.ca_file) if broker.ca_file else None, cert_reqs=ssl.CERT_REQUIRED)
     c.reconnect_delay_set(min_delay=1, max_delay=30)
