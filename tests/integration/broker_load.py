@@ -61,8 +61,10 @@ class Publisher:
     """Numbered QoS 1 messages at `rate_per_s`, at most `max_inflight`
     unacknowledged; `acked` holds every number the broker acknowledged."""
 
-    def __init__(self, port: int, rate_per_s: float, max_inflight: int = 1000, payload_bytes: int = 100):
+    def __init__(self, port: int, rate_per_s: float, max_inflight: int = 1000, payload_bytes: int = 100,
+                 limit: int | None = None):
         self.rate = rate_per_s
+        self.limit = limit
         self.max_inflight = max_inflight
         self.pad = b" " + b"x" * max(0, payload_bytes - 10)
         self.acked: dict[int, float] = {}
@@ -100,11 +102,14 @@ class Publisher:
         t0 = time.monotonic()
         sent = 0
         while self.running.is_set():
+            if self.limit is not None and sent >= self.limit:
+                time.sleep(0.01)
+                continue
             due = int((time.monotonic() - t0) * self.rate) if self.rate else sent + 100
             if due <= sent or not self.c.is_connected() or len(self._mid) >= self.max_inflight:
                 time.sleep(0.001)
                 continue
-            for _ in range(min(due - sent, 200)):
+            for _ in range(min(due - sent, 200, (self.limit - sent) if self.limit is not None else 200)):
                 number = self.next_number
                 now = time.monotonic()
                 info = self.c.publish(TOPIC.format(number % 50), b"%d" % number + self.pad, qos=1)
@@ -131,9 +136,11 @@ class Publisher:
         self.c.loop_stop()
 
 
-def _publish_in_child(port: int, rate: float, stop, out) -> None:  # noqa: ANN001
-    pub = Publisher(port, rate).start()
-    stop.wait()
+def _publish_in_child(port: int, rate: float, limit: int | None, stop, out) -> None:  # noqa: ANN001
+    pub = Publisher(port, rate, limit=limit).start()
+    while not stop.wait(0.05):
+        if limit is not None and pub.next_number >= limit and not pub._mid:
+            break                  # all sent and acknowledged
     pub.pause()
     wait_until(lambda: not pub._mid, 5.0)   # in-flight publishes: acknowledged, or never
     with pub.lock:
@@ -146,22 +153,24 @@ class PublisherProcess:
     """The Publisher in its own process, so that the consumer (the fog) does
     not share a GIL with the devices and keeps up as the real fog does."""
 
-    def __init__(self, port: int, rate: float):
+    def __init__(self, port: int, rate: float, limit: int | None = None):
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
         self.stop_event = ctx.Event()
         self.out = ctx.Queue()
-        self.proc = ctx.Process(target=_publish_in_child, args=(port, rate, self.stop_event, self.out), daemon=True)
+        self.proc = ctx.Process(target=_publish_in_child, args=(port, rate, limit, self.stop_event, self.out), daemon=True)
 
     def start(self) -> "PublisherProcess":
         self.proc.start()
         return self
 
-    def acked(self) -> set[int]:
-        """Stop publishing; every number the broker acknowledged."""
-        self.stop_event.set()
-        numbers = self.out.get(timeout=30)
+    def acked(self, when_done: bool = False) -> set[int]:
+        """Every number the broker acknowledged: now (publishing stops), or
+        `when_done`, once the publisher sent its limit and all were acknowledged."""
+        if not when_done:
+            self.stop_event.set()
+        numbers = self.out.get(timeout=60)
         self.proc.join(10)
         return set(numbers)
 
@@ -263,3 +272,26 @@ def absent_kills(broker: Mosquitto, rate: float, kills: int, absent_s: float) ->
         consumer.stop()
     acc.kills = kills
     return acc
+
+
+
+def queued_then_kill(broker: Mosquitto, count: int, queued_for_s: float) -> Accounting:
+    """The fog away; `count` reports queued for its session; the broker
+    SIGKILLed `queued_for_s` after the last was acknowledged, restarted, and
+    the fog back."""
+    consumer = _session(broker)
+    consumer.stop()
+    publisher = PublisherProcess(broker.port, 0, limit=count).start()
+    try:
+        acked = publisher.acked(when_done=True)
+        time.sleep(queued_for_s)
+        kill_and_restart(broker)
+        consumer.c.reconnect()
+        consumer.c.loop_start()
+        wait_until(lambda: acked <= set(consumer.received), 15)
+    finally:
+        publisher.kill()
+        consumer.stop()
+    lost = sorted(acked - set(consumer.received))
+    return Accounting(acked=len(acked), lost=len(lost), duplicates=consumer.duplicates, kills=1,
+                      lost_numbers=lost[:20])
