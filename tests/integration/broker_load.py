@@ -144,7 +144,7 @@ def _publish_in_child(port: int, rate: float, limit: int | None, stop, out) -> N
     pub.pause()
     wait_until(lambda: not pub._mid, 5.0)   # in-flight publishes: acknowledged, or never
     with pub.lock:
-        out.put(sorted(pub.acked))
+        out.put(dict(pub.acked))     # number -> when acknowledged (CLOCK_MONOTONIC: one clock for all processes)
     pub.c.disconnect()
     pub.c.loop_stop()
 
@@ -165,14 +165,15 @@ class PublisherProcess:
         self.proc.start()
         return self
 
-    def acked(self, when_done: bool = False) -> set[int]:
-        """Every number the broker acknowledged: now (publishing stops), or
-        `when_done`, once the publisher sent its limit and all were acknowledged."""
+    def acked(self, when_done: bool = False) -> dict[int, float]:
+        """Every number the broker acknowledged, with when: now (publishing
+        stops), or `when_done`, once the publisher sent its limit and all
+        were acknowledged."""
         if not when_done:
             self.stop_event.set()
         numbers = self.out.get(timeout=60)
         self.proc.join(10)
-        return set(numbers)
+        return numbers
 
     def kill(self) -> None:
         if self.proc.is_alive():
@@ -185,8 +186,13 @@ class Accounting:
     acked: int = 0
     lost: int = 0
     duplicates: int = 0
-    kills: int = 0
+    crashes: list[tuple[float, float]] = field(default_factory=list)   # (SIGKILL, restarted) times
+    lost_acked_at: list[float] = field(default_factory=list)          # when each lost number was acknowledged
     lost_numbers: list[int] = field(default_factory=list)
+
+    def lost_outside(self, window_s: float) -> list[float]:
+        """Ack times of lost numbers NOT acknowledged within `window_s` before a crash."""
+        return [t for t in self.lost_acked_at if not any(k - window_s <= t <= k for k, _ in self.crashes)]
 
 
 def wait_until(pred, timeout_s: float) -> bool:
@@ -198,18 +204,20 @@ def wait_until(pred, timeout_s: float) -> bool:
     return pred()
 
 
-def kill_and_restart(broker: Mosquitto, down_s: float = 0.3) -> None:
+def kill_and_restart(broker: Mosquitto, down_s: float = 0.3) -> tuple[float, float]:
+    killed = time.monotonic()
     broker.stop(signal.SIGKILL)
     time.sleep(down_s)
     broker.start()
+    return killed, time.monotonic()
 
 
-def settle(publisher: PublisherProcess, consumer: Consumer, timeout_s: float = 15.0) -> Accounting:
-    """Stop the load, wait until every acknowledged number arrived (or the timeout) and count."""
-    acked = publisher.acked()
-    wait_until(lambda: acked <= set(consumer.received), timeout_s)
-    lost = sorted(acked - set(consumer.received))
-    return Accounting(acked=len(acked), lost=len(lost), duplicates=consumer.duplicates, lost_numbers=lost[:20])
+def settle(acked: dict[int, float], consumer: Consumer, crashes: list, timeout_s: float = 15.0) -> Accounting:
+    """Wait until every acknowledged number arrived (or the timeout) and count."""
+    wait_until(lambda: acked.keys() <= consumer.received.keys(), timeout_s)
+    lost = sorted(acked.keys() - consumer.received.keys())
+    return Accounting(acked=len(acked), lost=len(lost), duplicates=consumer.duplicates, crashes=crashes,
+                      lost_acked_at=[acked[n] for n in lost], lost_numbers=lost[:20])
 
 
 def persistence_conf(autosave_interval: int | None, on_changes: bool) -> str:
@@ -235,44 +243,36 @@ def _session(broker: Mosquitto) -> Consumer:
     return consumer
 
 
-def connected_kills(broker: Mosquitto, rate: float, kills: int, every_s: float) -> Accounting:
-    """The fog connected and keeping up; the broker SIGKILLed `kills` times."""
+def _under_load(broker: Mosquitto, rate: float, kills: int, gap_s: float, fog_away: bool) -> Accounting:
     consumer = _session(broker)
     publisher = PublisherProcess(broker.port, rate).start()
+    crashes = []
     try:
         for _ in range(kills):
-            time.sleep(every_s)
-            kill_and_restart(broker)
-        time.sleep(every_s)
-        acc = settle(publisher, consumer)
+            time.sleep(gap_s)
+            if fog_away:
+                consumer.stop()
+                time.sleep(gap_s)
+            crashes.append(kill_and_restart(broker))
+            if fog_away:
+                consumer.c.reconnect()
+                consumer.c.loop_start()
+        time.sleep(gap_s)
+        return settle(publisher.acked(), consumer, crashes)
     finally:
         publisher.kill()
         consumer.stop()
-    acc.kills = kills
-    return acc
+
+
+def connected_kills(broker: Mosquitto, rate: float, kills: int, every_s: float) -> Accounting:
+    """The fog connected; the broker SIGKILLed `kills` times, `every_s` apart."""
+    return _under_load(broker, rate, kills, every_s, fog_away=False)
 
 
 def absent_kills(broker: Mosquitto, rate: float, kills: int, absent_s: float) -> Accounting:
     """The fog away (restarting) while reports are queued for its session; the
-    broker SIGKILLed while they wait, then the fog comes back."""
-    consumer = _session(broker)
-    publisher = PublisherProcess(broker.port, rate).start()
-    try:
-        for _ in range(kills):
-            time.sleep(absent_s)
-            consumer.stop()
-            time.sleep(absent_s)
-            kill_and_restart(broker)
-            consumer.c.reconnect()
-            consumer.c.loop_start()
-        time.sleep(absent_s)
-        acc = settle(publisher, consumer)
-    finally:
-        publisher.kill()
-        consumer.stop()
-    acc.kills = kills
-    return acc
-
+    broker SIGKILLed after `absent_s`, then the fog comes back."""
+    return _under_load(broker, rate, kills, absent_s, fog_away=True)
 
 
 def queued_then_kill(broker: Mosquitto, count: int, queued_for_s: float) -> Accounting:
@@ -285,13 +285,10 @@ def queued_then_kill(broker: Mosquitto, count: int, queued_for_s: float) -> Acco
     try:
         acked = publisher.acked(when_done=True)
         time.sleep(queued_for_s)
-        kill_and_restart(broker)
+        crash = kill_and_restart(broker)
         consumer.c.reconnect()
         consumer.c.loop_start()
-        wait_until(lambda: acked <= set(consumer.received), 15)
+        return settle(acked, consumer, [crash])
     finally:
         publisher.kill()
         consumer.stop()
-    lost = sorted(acked - set(consumer.received))
-    return Accounting(acked=len(acked), lost=len(lost), duplicates=consumer.duplicates, kills=1,
-                      lost_numbers=lost[:20])

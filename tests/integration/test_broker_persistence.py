@@ -14,6 +14,7 @@ from tests.integration.broker_load import connected_kills, queued_then_kill
 from tests.integration.shipped import ROOT
 
 pytestmark = pytest.mark.integration
+WINDOW_S = 2.5          # autosave_interval 1 snapshots every 2 whole seconds, plus a loop pass
 DURABILITY = ("persistence", "autosave_interval", "autosave_on_changes", "max_queued_messages",
               "max_inflight_messages")
 
@@ -36,16 +37,24 @@ def shipped_persistence(tmp_path, request):
         print("---- mosquitto log ----\n" + broker.log()[-5000:])
 
 
-def test_four_sigkills_under_3000_reports_per_s_lose_nothing_acknowledged(shipped_persistence):
+def test_four_sigkills_under_3000_reports_per_s_lose_nothing_outside_the_snapshot_window(shipped_persistence):
+    """The broker's window of exposure (docs/reliability.md, "Broker"): a
+    report it acknowledged can be lost only if it was acknowledged in the
+    last snapshot interval (about 2 s) before the crash and had not yet
+    reached the fog. Everything older, and everything acknowledged after a
+    restart (the fog's session is restored before the fog reconnects), arrives.
+    With Mosquitto's default (1800 s) the session itself is lost and reports
+    acknowledged after the restart go to nobody."""
     acc = connected_kills(shipped_persistence, rate=3000, kills=4, every_s=1.5)
     assert acc.acked > 15_000, acc          # the load really ran through the kills
-    assert acc.lost == 0, acc
+    assert acc.lost_outside(WINDOW_S) == [], acc
+    print(f"lost {acc.lost} of {acc.acked} acknowledged over {len(acc.crashes)} SIGKILLs (all inside the window)")
 
 
 def test_reports_queued_for_the_absent_fog_survive_a_sigkill(shipped_persistence):
-    """What waited in the fog's session longer than the snapshot interval
-    (2 s) is in the snapshot: all of it reaches the fog after the restart."""
-    acc = queued_then_kill(shipped_persistence, count=5000, queued_for_s=2.5)
+    """What waited in the fog's session longer than the snapshot interval is
+    in the snapshot: all of it reaches the fog after the restart."""
+    acc = queued_then_kill(shipped_persistence, count=5000, queued_for_s=WINDOW_S)
     assert acc.acked == 5000 and acc.lost == 0, acc
 
 

@@ -158,6 +158,19 @@ async def send_and_read(sink_cfg: KafkaConfig, source_cfg: KafkaConfig, ts: list
         await source.stop()
 
 
+def assert_sink_refused(cfg: KafkaConfig) -> None:
+    """The fog's sink cannot deliver a window with these settings: a retriable SinkError."""
+    async def scenario():
+        sink = KafkaWindowSink(cfg)
+        try:
+            with pytest.raises(SinkError):
+                await sink.send("r1", 1, window(1).model_dump_json())
+        finally:
+            await sink.stop()
+
+    asyncio.run(scenario())
+
+
 @pytest.fixture
 def tls_tansu(tmp_path):
     ca, cert, key = make_ca_and_server_cert(tmp_path)
@@ -179,18 +192,8 @@ def test_windows_travel_over_tls_verified_against_the_deployment_ca(tls_tansu):
 def test_a_broker_certificate_from_another_ca_is_refused(tls_tansu, tmp_path):
     bootstrap, _ = tls_tansu
     other_ca, _, _ = make_ca_and_server_cert(tmp_path, "other")
-    cfg = KafkaConfig(bootstrap_servers=bootstrap, security_protocol="SSL", ssl_ca_file=other_ca, idempotent=False,
-                      request_timeout_s=3)
-
-    async def scenario():
-        sink = KafkaWindowSink(cfg)
-        try:
-            with pytest.raises(SinkError):
-                await sink.send("r1", 1, window(1).model_dump_json())
-        finally:
-            await sink.stop()
-
-    asyncio.run(scenario())
+    assert_sink_refused(KafkaConfig(bootstrap_servers=bootstrap, security_protocol="SSL", ssl_ca_file=other_ca,
+                                    idempotent=False, request_timeout_s=3))
 
 
 @pytest.fixture
@@ -201,17 +204,8 @@ def auth_tansu(tmp_path):
 
 
 def test_an_unauthenticated_producer_is_refused(auth_tansu):
-    cfg = KafkaConfig(bootstrap_servers=f"127.0.0.1:{auth_tansu.port}", idempotent=False, request_timeout_s=3)
-
-    async def scenario():
-        sink = KafkaWindowSink(cfg)
-        try:
-            with pytest.raises(SinkError):
-                await sink.send("r1", 1, window(1).model_dump_json())
-        finally:
-            await sink.stop()
-
-    asyncio.run(scenario())
+    assert_sink_refused(KafkaConfig(bootstrap_servers=f"127.0.0.1:{auth_tansu.port}", idempotent=False,
+                                    request_timeout_s=3))
     assert "NotAuthenticated" in auth_tansu.log_path.read_text()
 
 
@@ -232,17 +226,8 @@ def test_the_sinks_scram_login_runs_the_whole_exchange_and_is_refused(auth_tansu
     monkeypatch.setattr(ScramAuthenticator, "process_server_final_message", observe)
     secret = tmp_path / "kafka-password"
     secret.write_text("s3cret\n")
-    cfg = KafkaConfig(bootstrap_servers=f"127.0.0.1:{auth_tansu.port}", idempotent=False, request_timeout_s=3,
-                      security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512",
-                      sasl_username="fog-r1", sasl_password_file=secret)
-
-    async def scenario():
-        sink = KafkaWindowSink(cfg)
-        try:
-            with pytest.raises(SinkError):
-                await sink.send("r1", 1, window(1).model_dump_json())
-        finally:
-            await sink.stop()
-
-    asyncio.run(scenario())
+    assert_sink_refused(KafkaConfig(bootstrap_servers=f"127.0.0.1:{auth_tansu.port}", idempotent=False,
+                                    request_timeout_s=3, security_protocol="SASL_PLAINTEXT",
+                                    sasl_mechanism="SCRAM-SHA-512", sasl_username="fog-r1",
+                                    sasl_password_file=secret))
     assert server_final and server_final[0].startswith("e="), server_final
