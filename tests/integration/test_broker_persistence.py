@@ -46,7 +46,7 @@ def test_four_sigkills_under_3000_reports_per_s_lose_nothing_outside_the_snapsho
     With Mosquitto's default (1800 s) the session itself is lost and reports
     acknowledged after the restart go to nobody."""
     acc = connected_kills(shipped_persistence, rate=3000, kills=4, every_s=1.5)
-    assert acc.acked > 15_000, acc          # the load really ran through the kills
+    assert acc.acked > 10_000, acc          # the load really ran through the kills (22,500 offered)
     assert acc.lost_outside(WINDOW_S) == [], acc
     print(f"lost {acc.lost} of {acc.acked} acknowledged over {len(acc.crashes)} SIGKILLs (all inside the window)")
 
