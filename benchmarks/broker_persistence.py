@@ -16,7 +16,9 @@ real Mosquitto (max_queued_messages 0, max_inflight_messages 0, as shipped):
 - protection, at `--rate` reports/s: lost = messages the broker acknowledged
   (PUBACK) and the subscriber never received, over `--kills` SIGKILLs of the
   broker while the fog is connected, and over two SIGKILLs while the fog is
-  away (restarting) and reports wait in its session.
+  away (restarting) and reports wait in its session; and how many of those
+  were acknowledged outside the 2.5 s before a crash (after a restart, or
+  earlier): the part a snapshot every 2 s should have kept.
 
 Publisher and subscriber are tests/integration/broker_load.py.
 """
@@ -101,7 +103,10 @@ def run(rate: float, kills: int, seconds: float) -> list[dict]:
                 c = connected_kills(broker, rate, kills, 1.5)
                 a = absent_kills(broker, rate, 2, 1.5)
                 row.update(connected_acked=c.acked, connected_lost=c.lost, absent_acked=a.acked,
-                           absent_lost=a.lost, duplicates=c.duplicates + a.duplicates)
+                           absent_lost=a.lost, duplicates=c.duplicates + a.duplicates,
+                           # lost although acknowledged more than 2.5 s before a crash, or after a restart
+                           connected_lost_outside_2s=len(c.lost_outside(2.5)),
+                           absent_lost_outside_2s=len(a.lost_outside(2.5)))
             finally:
                 broker.stop()
         rows.append(row)
@@ -120,11 +125,12 @@ def main() -> int:
     args = ap.parse_args()
     rows = run(args.rate, args.kills, args.seconds)
     print(f"{'setting':<34}{'msg/s':>7}{'x':>6}{'cpu s/10k':>10}{'away msg/s':>11}{'x':>6}{'drain s':>8}"
-          f"{'connected lost/acked':>22}{'away lost/acked':>18}")
+          f"{'connected lost/acked':>22}{'away lost/acked':>18}{'  lost outside 2 s (conn., away)':>33}")
     for r in rows:
         print(f"{r['setting']:<34}{r['msgs_per_s']:>7.0f}{r['throughput_ratio']:>6.2f}{r['cpu_s_per_10k']:>10.2f}"
               f"{r['away_msgs_per_s']:>11.0f}{r['away_ratio']:>6.2f}{r['drain_s']:>8.1f}"
-              f"{r['connected_lost']:>10}/{r['connected_acked']:<11}{r['absent_lost']:>7}/{r['absent_acked']:<10}")
+              f"{r['connected_lost']:>10}/{r['connected_acked']:<11}{r['absent_lost']:>7}/{r['absent_acked']:<10}"
+              f"{r['connected_lost_outside_2s']:>20}, {r['absent_lost_outside_2s']}")
     print(f"(connected: {args.kills} SIGKILLs at {args.rate:.0f} reports/s; fog away: 2 SIGKILLs while its "
           "session queues)")
     if args.json:
