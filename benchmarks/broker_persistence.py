@@ -100,7 +100,7 @@ def run(rate: float, kills: int, seconds: float) -> list[dict]:
             try:
                 row = {"setting": label, **throughput(broker, seconds), **away_throughput(broker, 2 * seconds)}
                 print(f"  {label}: {row['msgs_per_s']:.0f} msg/s; killing under load ...", file=sys.stderr)
-                c = connected_kills(broker, rate, kills, 1.5)
+                c = connected_kills(broker, rate, kills, 3.0)
                 a = absent_kills(broker, rate, 2, 1.5)
                 row.update(connected_acked=c.acked, connected_lost=c.lost, absent_acked=a.acked,
                            absent_lost=a.lost, duplicates=c.duplicates + a.duplicates,
