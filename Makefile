@@ -16,12 +16,14 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# Debian packages the tests use: a real Mosquitto, docker-compose (only
-# to validate docker-compose.yml offline; no Docker engine is needed), and
+# Debian packages the tests use: a real Mosquitto, its command-line clients
+# (the compose healthcheck runs mosquitto_sub), docker-compose (only to
+# validate docker-compose.yml offline; no Docker engine is needed), and
 # dnsmasq (a real DNS server for the boards' own lookups).
 mosquitto:
 	@missing=""; \
 	{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } || missing="$$missing mosquitto"; \
+	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
 	{ command -v dnsmasq >/dev/null 2>&1 || test -x /usr/sbin/dnsmasq; } || missing="$$missing dnsmasq-base"; \
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
 	if [ -n "$$missing" ]; then \

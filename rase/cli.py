@@ -438,11 +438,19 @@ def _eval_attack(args: argparse.Namespace, data: Path, out: Path) -> int:
 
 def cmd_acl(args: argparse.Namespace) -> int:
     from fog_shuffler.config import FogConfig
-    from rase.acl import build_acl
+    from fusion_center.config import FusionConfig
+    from rase.acl import FogUsers, build_acl
 
-    cfg = FogConfig.load(args.fog_config)
-    devices = [d for rc in cfg.regions.values() for d in rc.all_devices()]
-    print(build_acl(devices, subscribers=args.subscriber or ["dashboard"]), end="")
+    fogs = []
+    for path in args.fog_config or [Path("configs/fog.example.toml")]:
+        cfg = FogConfig.load(path)
+        fogs.append(FogUsers(cfg.name, {r: sorted(rc.all_devices()) for r, rc in cfg.regions.items()}))
+    fusion = FusionConfig.load(args.fusion_config)
+    try:
+        acl = build_acl(fogs, fusion=f"fusion-{fusion.name}", subscribers=args.subscriber or ["dashboard"])
+    except ValueError as err:
+        raise ConfigError(f"fog configs {', '.join(map(str, args.fog_config or []))}: {err}") from err
+    print(acl, end="")
     return 0
 
 
@@ -599,9 +607,16 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--jitter", type=float, default=0.5, help="attack: arrival jitter (s) without a shuffler")
     ev.set_defaults(func=cmd_eval)
 
-    ac = sub.add_parser("acl", help="print the Mosquitto ACL for the devices of a fog config")
-    ac.add_argument("--fog-config", type=Path, default=Path("configs/fog.example.toml"))
-    ac.add_argument("--subscriber", action="append", help="a user that may read aggregates (repeatable)")
+    ac = sub.add_parser("acl", help="print the Mosquitto ACL for every fog's regions and devices",
+                        description="Print one Mosquitto ACL for a whole deployment: a user fog-<name> per fog "
+                                    "config (its own regions only), fusion-<name> for the fusion center, one "
+                                    "per subscriber and one per registered device.")
+    ac.add_argument("--fog-config", type=Path, action="append",
+                    help="a fog's config (repeat for every fog; default: configs/fog.example.toml)")
+    ac.add_argument("--fusion-config", type=Path, default=Path("configs/fusion.example.toml"),
+                    help="the fusion center's config (its user is fusion-<name>)")
+    ac.add_argument("--subscriber", action="append", help="a user that may read aggregates (repeatable; "
+                                                          "default: dashboard)")
     ac.set_defaults(func=cmd_acl)
 
     d = sub.add_parser("demo", help="the pipeline on an embedded broker with the bundled REFIT excerpt")

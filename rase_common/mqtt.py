@@ -27,7 +27,9 @@ from typing import Callable
 from urllib.parse import urlparse
 
 import paho.mqtt.client as mqtt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rase_common.settings import read_secret
 
 from rase_common.errors import Backoff, Outage, TransportError
 
@@ -57,9 +59,16 @@ class BrokerConfig(BaseModel):
     port: int = Field(1883, ge=1, le=65535)
     username: str | None = None
     password: str | None = None
+    password_file: Path | None = None   # the password in a file (a Docker secret)
     tls: bool = False
     ca_file: Path | None = None
     keepalive_s: int = Field(60, ge=5)
+
+    @model_validator(mode="after")
+    def _password_file(self) -> "BrokerConfig":
+        if self.password_file is not None and self.password is not None:
+            raise ValueError("give password or password_file, not both")
+        return self
 
     @classmethod
     def from_url(cls, url: str) -> "BrokerConfig":
@@ -232,7 +241,8 @@ def paho_client(broker: BrokerConfig, client_id: str, *, clean_session: bool = T
     c = Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311,
                clean_session=clean_session, manual_ack=manual_ack)
     if broker.username:
-        c.username_pw_set(broker.username, broker.password)
+        c.username_pw_set(broker.username, broker.password if broker.password_file is None
+                          else read_secret(broker.password_file, "broker.password_file"))
     if broker.tls:
         # CERT_REQUIRED and host name checking: a broker without a certificate
         # from this CA (or for another name) is refused before credentials are sent.
