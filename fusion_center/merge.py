@@ -38,7 +38,6 @@ class TimestampMerger:
 
     def add(self, w: WindowMessage, now: float, *, revises: bool = False) -> str:
         """'accepted' or 'duplicate' (same region, t and revision again)."""
-        self.known.add(w.region)
         got = self.pending.setdefault(w.t, {})
         if (w.region, w.revision) in got:
             return "duplicate"

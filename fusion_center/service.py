@@ -188,8 +188,18 @@ class FusionService(Service):
                 log.exception("window could not be processed; quarantined")
                 invalid.append(("internal", repr(err), r))
         horizon = self._revise_horizon_t()
+        schedule = self.precision.schedule()
+        now_t = schedule.t_of(now)
+        oldest_t = schedule.t_of(now - self.cfg.max_window_age_s)
         fresh, revises, too_late = [], [], 0
         for w, r in valid:
+            if w.region not in self.merger.known:
+                invalid.append(("unknown_region", f"region {w.region!r} is not one of {sorted(self.merger.known)}",
+                                r))
+                continue
+            if not oldest_t <= w.t <= now_t + 2:
+                invalid.append(("t_implausible", f"t={w.t} is not within [{oldest_t}, {now_t + 2}]", r))
+                continue
             stored = self.store.revision("all", w.t)
             if stored is not None and w.t < horizon:
                 too_late += 1                  # its t can no longer be revised (its windows are pruned)
@@ -200,10 +210,16 @@ class FusionService(Service):
         for reason, detail, r in invalid:
             self.quarantine.put("windows", reason, detail, r.payload, now)
         self.metrics.late.inc(too_late)
-        for (w, _), new, revise in zip(fresh, added, revises):
+        for (w, r), new, revise in zip(fresh, added, revises):
             if new:
                 self.merger.add(w, now, revises=revise)
                 self.metrics.consumed.inc()
+            elif self.store.window_payload(w.region, w.t, w.revision) != w.model_dump_json():
+                # The fog re-sends the same bytes; a different window for a stored (region, t) is not its.
+                self.metrics.conflicts.inc()
+                self.quarantine.put("windows", "conflicting_window", f"a second, different window for region "
+                                    f"{w.region}, t={w.t} (revision {w.revision}); the first one stands", r.payload,
+                                    now)
             else:
                 self.metrics.duplicates.inc()
         self.source.ack(got)

@@ -69,6 +69,12 @@ class AggregateStore:
             return [self.db.execute("INSERT OR IGNORE INTO windows (region, t, rev, payload, received) "
                                     "VALUES (?,?,?,?,?)", row).rowcount == 1 for row in rows]
 
+    def window_payload(self, region: str, t: int, rev: int) -> str | None:
+        with storage_errors("fusion store"):
+            row = self.db.execute("SELECT payload FROM windows WHERE region=? AND t=? AND rev=?",
+                                  (region, t, rev)).fetchone()
+        return None if row is None else row[0]
+
     def pending_windows(self) -> list[tuple[str, int, str, float]]:
         """Windows stored and not yet in an aggregate: (region, t, payload, received)."""
         with storage_errors("fusion store"):

@@ -29,6 +29,7 @@ from rase_common.settings import read_secret
 
 log = logging.getLogger(__name__)
 WINDOWS_TOPIC = "rase.windows"
+STOP_TIMEOUT_S = 2.0
 
 
 class KafkaConfig(BaseModel):
@@ -144,7 +145,7 @@ class KafkaSink:
     async def stop(self) -> None:
         producer, self.producer = self.producer, None
         if producer is not None:
-            await _quietly(producer.stop())
+            await _quietly(asyncio.wait_for(producer.stop(), STOP_TIMEOUT_S))
 
 
 async def _quietly(coro) -> None:  # noqa: ANN001
@@ -246,6 +247,8 @@ class KafkaSource:
                     pass
         self._fetcher = self._committer = None
         if self.consumer is not None:
-            await self.commit()
-            await _quietly(self.consumer.stop())
+            # Bounded: a stop (SIGTERM) must not wait on a slow broker. What is not
+            # committed is delivered again and dropped by the store as a duplicate.
+            await _quietly(asyncio.wait_for(self.commit(), STOP_TIMEOUT_S))
+            await _quietly(asyncio.wait_for(self.consumer.stop(), STOP_TIMEOUT_S))
             self.consumer = None
