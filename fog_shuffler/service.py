@@ -36,7 +36,7 @@ from fog_shuffler.randomness import window_rng
 from fog_shuffler.release import release_window
 from fog_shuffler.windows import ClosedWindow, Outcome, RegionCounters, WindowManager
 from rase_common.channels import Sink, Source
-from rase_common.clock import ScaledClock, WallClock
+from rase_common.clock import ScaledClock, SteadyClock, WallClock
 from rase_common.errors import Backoff, Outage, StorageError
 from rase_common.kafka import KafkaSink
 from rase_common.loop import Wakeup, seconds_to_next_boundary
@@ -69,7 +69,8 @@ class FogService(Service):
     def __init__(self, cfg: FogConfig, *, clock=None, sink: Sink | None = None, source: Source | None = None,
                  metrics: FogMetrics | None = None):
         self.cfg = cfg
-        self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
+        # Lateness and merge deadlines are judged on time a wall-clock step cannot move (SteadyClock).
+        self.clock = clock or (SteadyClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
         self.metrics = metrics or FogMetrics()
         self.graphs = {r: rc.graph() for r, rc in cfg.regions.items()}
         registered = {r: rc.all_devices() for r, rc in cfg.regions.items()}

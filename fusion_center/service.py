@@ -35,7 +35,7 @@ from fusion_center.merge import TimestampMerger, aggregate
 from fusion_center.metrics import FusionMetrics
 from fusion_center.store import AggregateStore
 from rase_common.channels import Source
-from rase_common.clock import ScaledClock, WallClock
+from rase_common.clock import ScaledClock, SteadyClock, WallClock
 from rase_common.errors import Backoff, ConfigError, Outage, StorageError, TransportError
 from rase_common.kafka import KafkaSource
 from rase_common.loop import Wakeup
@@ -61,7 +61,8 @@ class FusionService(Service):
         self.cfg = cfg
         self.config_path = Path(config_path) if config_path else None
         self._config_mtime: float | None = None
-        self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
+        # Lateness and merge deadlines are judged on time a wall-clock step cannot move (SteadyClock).
+        self.clock = clock or (SteadyClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
         self.metrics = metrics or FusionMetrics()
         self.precision = cfg.precision
         self.merger = TimestampMerger(set(cfg.regions), cfg.merge_deadline_s)
