@@ -320,7 +320,9 @@ class FogService(Service):
     # -- closing ------------------------------------------------------------------
     async def _closer(self) -> None:
         while True:
-            if not self.storage.down:
+            # Reports held through a storage outage go into their windows before any window closes:
+            # the outage extends the lateness horizon (windows close late, counted in close_delay).
+            if not self.storage.down and not self._held:
                 try:
                     await self._close_due()
                 except StorageError as err:
