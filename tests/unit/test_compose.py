@@ -217,3 +217,11 @@ def test_dashboard_queries_only_exported_metrics():
         for target in panel["targets"]:
             used.update(re.findall(r"\brase_[a-z_]+", target["expr"]))
     assert used and used <= exported, sorted(used - exported)
+
+
+def test_the_image_entry_point_receives_docker_stops_signal():
+    """Exec form (no shell between docker and rase, which would swallow SIGTERM), SIGTERM as the stop signal."""
+    text = (ROOT / "Dockerfile").read_text()
+    entry = re.findall(r"^ENTRYPOINT\s+(.+)$", text, re.M)
+    assert entry and json.loads(entry[-1])[0] == "rase"
+    assert re.search(r"^STOPSIGNAL\s+SIGTERM$", text, re.M)
