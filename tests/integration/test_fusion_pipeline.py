@@ -38,12 +38,15 @@ def test_end_to_end_aggregates_and_precision_broadcast(mosquitto, tmp_path):
     fog_cfg = FogConfig.load(None, name="e2e", regions={"r1": {"refit_houses": list(HOUSES)}}, period_s=8.0,
                              epoch0=epoch0, k_min=10, lateness_periods=2, eps_levels=[0.5], x_max=3000.0,
                              journal_path=tmp_path / "fog.sqlite", broker=broker)
-    rec = Recorder(mosquitto.port, ["rase/v1/aggregates/#", "rase/v1/reports/#"], persistent=False)
+    rec = Recorder(mosquitto.port, ["rase/v1/aggregates/#", "rase/v1/reports/#", "rase/v1/control/#"],
+                   persistent=False)
     fusion_svc = FusionService(fusion_cfg, clock=clock)
     fusion = ServiceThread(fusion_svc)
     fog = ServiceThread(FogService(fog_cfg, clock=clock))
     agents = []
     try:
+        # The precision is retained before the agents start: they calibrate from it from their first report.
+        assert rec.wait_for(lambda: any(m.payload for m in rec.on("rase/v1/control/")), timeout_s=30)
         for h in houses:
             for dev in h.device_ids():
                 cfg = AgentConfig.load(None, device=dev, region="r1", eps=1.0, period_s=8.0, epoch0=epoch0,

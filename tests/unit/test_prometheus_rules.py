@@ -87,7 +87,7 @@ def test_compose_broker_metrics_environment_loads(monkeypatch):
     from rase_common.broker_metrics import BrokerMetricsConfig
 
     svc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["broker-metrics"]
-    for key, value in svc["environment"].items():
+    for key, value in (svc.get("environment") or {}).items():
         monkeypatch.setenv(key, re.sub(r"\$\{[^}]+\}", "secret", str(value)))
-    cfg = BrokerMetricsConfig.load(None)
+    cfg = BrokerMetricsConfig.load(ROOT / svc["command"][svc["command"].index("--config") + 1])
     assert (cfg.broker.host, cfg.broker.username, cfg.metrics_host) == ("mosquitto", "broker-metrics", "0.0.0.0")
