@@ -55,16 +55,16 @@ class TimestampMerger:
 
 # The paper's estimators, published where the mechanism lists them (Mechanism.extras).
 EXTRA_MEANING = {
-    "bs": "bootstrap of the same unbiased mean; percentile interval (published for levels of >= 45 reports: "
-          "below that it covers the true mean less than 93% of the time)",
+    "bs": "bootstrap of the same unbiased mean; percentile interval (published for levels of >= 100 reports: "
+          "below that it can cover the true mean less than 93% of the time)",
     "se": "the paper's sample mean of the reports: the mean of the CLAMPED reports, biased when clamped; "
           "Student's t interval for that (not for the true mean)",
     "mle": "a MEDIAN, not a mean: the paper's weighted median (eq. 14) of the noisy reports, near the readings' "
            "median; its interval is an order-statistic interval for the median of the reports",
 }
-# The percentile bootstrap of a mean of few reports covers too rarely (BR on REFIT-like
-# readings: 0.91-0.93 at 10-20 reports, 0.95-0.97 from 45 on; benchmarks/coverage.py).
-BS_MIN_REPORTS = 45
+# The percentile bootstrap of a mean of few reports covers too rarely (BR: 0.91-0.93 at
+# 10-20 reports, 0.926-0.943 at 45 on the bundled houses, 0.940-0.985 at 1,000; benchmarks/coverage.py).
+BS_MIN_REPORTS = 100
 
 
 def _bs(mech: Mechanism, by_level: dict[float, np.ndarray], setting: Setting, level: float, bootstrap_b: int,

@@ -143,10 +143,10 @@ def run_cell(name: str, eps: float, n: int, data: str, reps: int, rng: np.random
             truth = float(np.clip(x[i], setting.x_min, setting.x_max).mean())
             u = mech.unbiased_values(y[i], eps, setting)
             lo, hi = normal_interval(name, u, eps, setting, level)
-            normal = (max(lo, setting.x_min), min(hi, setting.x_max))
-            score("mean", est["mean"], truth, normal, validity_floor(name, eps, x[i], setting, level))
-            if "bs" in est:                # the paper's bootstrap of the same mean, where published
-                score("bs", est["bs"], truth, normal)
+            score("mean", est["mean"], truth, (max(lo, setting.x_min), min(hi, setting.x_max)),
+                  validity_floor(name, eps, x[i], setting, level))
+            if "bs" in est:   # the paper's bootstrap of the same mean, where published; neither is clipped
+                score("bs", est["bs"], truth, (lo, hi))
         elif mech.output == "count":
             on = float(np.sum(x[i] > setting.on_above))
             c = out.named["count"]

@@ -72,6 +72,8 @@ merge_deadline_s = 60
 bootstrap_b = 200
 store_path = "{db}"
 tick_s = 0.01
+[precision]
+mechanism = "br"
 [broker]
 port = {own_mosquitto.port}
 """)
@@ -87,7 +89,7 @@ port = {own_mosquitto.port}
         killed = False
         for t in range(1, N + 1):
             values = [float(t + i) for i in range(12)]
-            w = WindowMessage.uniform("r1", t, values)
+            w = WindowMessage.uniform("r1", t, values, kind="br")
             infos.append(pub.publish("rase/v1/windows/r1", w.model_dump_json(), qos=1))
             time.sleep(0.002)
             if not killed and len(stored(db)) >= 60:
