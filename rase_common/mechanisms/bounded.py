@@ -219,8 +219,8 @@ class BoundedMechanism(Mechanism):
         return Estimates({"mean": level_mean(self, by_level, setting, level)}, {"mean": MEAN_MEANING})
 
 
-LF_BINS = 2048       # bins of the output range for the exact sum distribution
-LF_POINTS = 257      # mean readings at which the least favourable quantiles are tabulated
+LF_BINS = 1024       # bins of the output range for the exact sum distribution
+LF_POINTS = 129      # mean readings at which the least favourable quantiles are tabulated
 
 
 def level_mean(mech, by_level: dict, setting: Setting, level: float) -> Estimate:

@@ -22,7 +22,7 @@ from edge_agent.duchi import DuchiParams
 from edge_agent.randomizer import Calibration
 from rase_common.mechanisms.base import Estimate
 from rase_common.mechanisms.bounded import BoundedMechanism, center_half, interval_variance
-from rase_common.mechanisms.intervals import binomial_sterne
+from rase_common.mechanisms.intervals import STERNE_MAX_N, binomial_sterne
 from rase_common.mechanisms.support import PointsSupport
 
 
@@ -95,8 +95,8 @@ class Duchi(BoundedMechanism):
             return min(max(cal.x_min + cal.delta * (prob * (p.a + p.b) - p.b) / (p.a - p.b), cal.x_min), cal.x_max)
         bound = functools.partial(self.variance_bound, setting, eps)
         lo, hi = reading(lo), reading(hi)
-        return Estimate(float(y.mean()), lo, hi, y.size, "exact-binomial-sterne", interval_variance(bound, lo, hi,
-                                                                                                    y.size))
+        method = "exact-binomial-sterne" if y.size <= STERNE_MAX_N else "exact-binomial-clopper-pearson"
+        return Estimate(float(y.mean()), lo, hi, y.size, method, interval_variance(bound, lo, hi, y.size))
 
     def support(self, setting, eps: float) -> PointsSupport:
         cal = setting.calibration

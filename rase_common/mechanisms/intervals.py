@@ -117,12 +117,23 @@ def split_variance_bound(bounds, weights, lo: float, hi: float, points: int = 25
     return bound
 
 
+# Above this many trials the binomial interval is Clopper-Pearson's (closed form,
+# also exact); Sterne's gains on it come from discreteness, negligible there.
+STERNE_MAX_N = 5000
+
+
 @functools.lru_cache(maxsize=4096)
 def binomial_sterne(s: int, n: int, level: float, p_lo: float, p_hi: float) -> tuple[float, float]:
     """Exact interval for p of Binomial(n, p), p in [p_lo, p_hi], from s
     successes: every p whose Sterne acceptance set holds s (their hull).
     Coverage >= level for every p, and for a sum of independent Bernoullis
-    with mean p (Hoeffding 1956: their tails are lighter)."""
+    with mean p (Hoeffding 1956: their tails are lighter). For n above
+    STERNE_MAX_N, Clopper-Pearson's equal tails (also exact)."""
+    if n > STERNE_MAX_N:
+        alpha = 1 - level
+        lo = float(stats.beta.ppf(alpha / 2, s, n - s + 1)) if s > 0 else 0.0
+        hi = float(stats.beta.ppf(1 - alpha / 2, s + 1, n - s)) if s < n else 1.0
+        return min(max(lo, p_lo), p_hi), min(max(hi, p_lo), p_hi)
     ks = np.arange(n + 1)
 
     def ok_many(p):
