@@ -1,9 +1,13 @@
 """Estimator benchmark: the unbiased mean, its bootstrap (B = 1000, multinomial
 counts over the distinct reports counted on the BR grid, as the fusion center runs it), the index bootstrap it replaced, SE, MLE
 (weighted median) and a windowed average for n = 1e3 .. 1e6, against numpy's
-mean of the same array measured in the same run.
+mean of the same array measured in the same run. Then every mechanism's own
+estimate with its interval (rase_common.mechanisms, as the fusion center runs
+it per timestamp) for one eps level of n reports: the first call (which may
+build a cached table: PM/HM's exact distributions up to 200 reports) and
+later calls, against numpy's mean.
 
-    python benchmarks/estimators.py [--sizes 1000,10000,100000,1000000] [--json]
+    python benchmarks/estimators.py [--sizes 1000,10000,100000,1000000] [--mechanism-sizes 10,45,1000,100000] [--json]
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from benchmarks.timing import best_of  # noqa: E402
 from edge_agent.randomizer import Calibration  # noqa: E402
 from fusion_center.estimators import (bootstrap, br_bootstrap, br_corrected, mle, sample_mean,  # noqa: E402
                                       unbiased_mean, windowed)
+from rase_common.mechanisms import MECHANISMS, Setting, mechanism  # noqa: E402
 
 
 
@@ -29,6 +34,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,10000,100000,1000000")
     ap.add_argument("--b", type=int, default=1000)
+    ap.add_argument("--mechanism-sizes", default="10,45,1000,100000")
+    ap.add_argument("--eps", type=float, default=9.0, help="eps of the mechanisms' reports")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rng = np.random.default_rng()
@@ -68,8 +75,37 @@ def main() -> None:
     if at_1e6:
         print(f"target: bootstrap B={args.b} at n = 1e6 within 50x of one numpy mean: "
               f"{at_1e6[0]['bs_over_numpy']:.0f}x (index bootstrap {at_1e6[0]['bs_index_over_numpy']:.0f}x)")
+    mech_rows = mechanism_timings([int(v) for v in args.mechanism_sizes.split(",")], args.eps, rng)
+    print(f"\nevery mechanism's estimate with its interval, one eps level ({args.eps:g}) of n reports")
+    print(f"{'mechanism':<12}{'n':>8} {'first':>10} {'later':>10} {'later/np':>9}  method")
+    for r in mech_rows:
+        print(f"{r['mechanism']:<12}{r['n']:>8,} {r['first_s']*1e3:>8.1f}ms {r['later_s']*1e3:>8.2f}ms "
+              f"{r['later_over_numpy']:>9.0f}  {r['method']}")
     if args.json:
-        print(json.dumps({"benchmark": "estimators", "b": args.b, "rows": rows}))
+        print(json.dumps({"benchmark": "estimators", "b": args.b, "rows": rows, "mechanisms": mech_rows}))
+
+
+def mechanism_timings(sizes: list[int], eps: float, rng: np.random.Generator) -> list[dict]:
+    """First and later call of each mechanism's estimate on REFIT-like readings."""
+    import time
+
+    from simulators.coverage import refit_like
+
+    setting = Setting()
+    out = []
+    for name in MECHANISMS:
+        m = mechanism(name)
+        for n in sizes:
+            y = {eps: m.sample(setting, eps, refit_like(n, rng), rng)}
+            t0 = time.perf_counter()
+            est = m.estimate(y, setting)
+            first = time.perf_counter() - t0
+            later = best_of(lambda: m.estimate(y, setting), 3)
+            t_np = best_of(lambda: np.mean(y[eps]), 20)
+            e = next(iter(est.named.values()), None) or est.frequencies[0]
+            out.append({"mechanism": name, "n": n, "first_s": first, "later_s": later, "numpy_mean_s": t_np,
+                        "later_over_numpy": later / t_np, "method": e.method})
+    return out
 
 
 if __name__ == "__main__":

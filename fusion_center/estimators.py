@@ -1,18 +1,16 @@
-"""ET: estimators of the mean reading from shuffled randomized reports
-(SPEC 2.3). Pure and vectorised (numpy/scipy).
+"""ET: estimators from shuffled randomized reports (SPEC 2.3). Pure and
+vectorised (numpy/scipy).
 
-Every estimate carries n and a confidence interval at `level`:
-- mean, the primary estimate: unbiased for the mean of the clipped readings
-  whatever eps, clamped or not. BR's clamping is public and its discrete
-  Laplace tail is memoryless: with q = exp(-gamma / lambda) the agent used,
-  a report clamped at the top stands for x_min + gamma (K + q / (1 - q)) and
-  one at the bottom for x_min - gamma q / (1 - q) in expectation; the mean of
-  the corrected reports is unbiased, its normal interval from their variance.
-- bs: the bootstrap of that unbiased mean (percentile interval), resampling
+The primary estimate of every mechanism (`mean`, `count`, band shares) and its
+interval live with the mechanism (rase_common.mechanisms): unbiased, from the
+mechanism's public parameters, with an interval that holds for any readings.
+Here are the paper's estimators and the generic tools, each with n, an
+interval at `level` and the interval's method:
+- bs: the bootstrap of the unbiased mean (percentile interval), resampling
   counts over the distinct values (multinomial) instead of indices; the
   rarest values' sum by its exact conditional moments when they are drawn
   >= 1,000 times per resample (see bootstrap_from_counts).
-- SE, sample mean: normal interval mean +- z s / sqrt(n).
+- SE, sample mean: normal interval mean +- z s / sqrt(n), or Student's t.
 - MLE, weighted median with weights 1/lambda_i (argmin sum |z_i - mu| / lambda_i;
   the plain median when all lambda_i are equal, paper eq. 14): a
   distribution-free order-statistic interval, the weighted quantiles at
@@ -22,7 +20,7 @@ Every estimate carries n and a confidence interval at `level`:
   (no Python loop over single resamples) and split over the CPU cores when large.
 - Windowed: Win(t_q, w) = mean of the per-timestamp estimates over
   t_q-w+1..t_q, with how many of the w timestamps were present; interval from
-  the per-timestamp half-widths combined as independent normals.
+  the per-timestamp estimates' own (unclipped) variances, independent normals.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from scipy import stats
 
 from rase_common.mechanisms.base import Estimate, Setting, z_quantile
 from rase_common.mechanisms.br import corrected as br_corrected, noise_q as br_noise_q
@@ -56,10 +55,15 @@ def _as_array(z) -> np.ndarray:
     return a
 
 
-def sample_mean(z, level: float = 0.95) -> Estimate:
+def sample_mean(z, level: float = 0.95, student: bool = False) -> Estimate:
+    """The mean of z with a normal interval from the sample variance, or
+    (student) Student's t interval, which allows for that variance's own error."""
     a = _as_array(z)
     m = float(a.mean())
     var = float(a.var(ddof=1)) / a.size if a.size > 1 else math.inf
+    if student and a.size > 1:
+        half = float(stats.t.ppf(0.5 + level / 2, a.size - 1)) * math.sqrt(var)
+        return Estimate(m, m - half, m + half, a.size, "student-t", var)
     half = _z(level) * math.sqrt(var)
     return Estimate(m, m - half, m + half, a.size, "normal-sample-variance", var)
 

@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from edge_agent.mechanisms import MECHANISMS
+from edge_agent.mechanisms import DEFAULT_MECHANISM, MECHANISMS
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from rase_common.errors import ConfigError
 from rase_common.service import run_service
@@ -557,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--clone", type=int, default=1, help="copies of each device, shifted by an hour each")
     r.add_argument("--period", type=float, default=8.0, help="period_s")
     r.add_argument("--broker", help="mqtt://host:port (default: an embedded broker)")
-    r.add_argument("--mechanism", default="br", choices=list(MECHANISMS),
+    r.add_argument("--mechanism", default=DEFAULT_MECHANISM, choices=list(MECHANISMS),
                    help="the devices' randomizer, broadcast in the control message (default: the paper's BR); "
                         "binary: on/off counts, categorical: load-band frequencies")
     r.add_argument("--shuffle", default="rs", choices=["rs", "dsigma", "buds"],

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_agent.config import AgentConfig
+from edge_agent.mechanisms import DEFAULT_MECHANISM
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 from edge_agent.service import AgentService
 from fog_shuffler.config import FogConfig
@@ -64,7 +65,7 @@ class PipelineSpec:
     work_dir: Path | None = None
     progress: bool = True
     speedup: float | None = None         # None: --fast (manual clock); else simulated time this many times real
-    device_mechanism: str = "br"         # the deployment's device mechanism, broadcast in the control message
+    device_mechanism: str = DEFAULT_MECHANISM   # the deployment's device mechanism, broadcast in the control message
     shuffle_mode: str = "rs"             # the fog's shuffle: rs, dsigma or buds
     on_above: float = DEFAULT_ON_ABOVE   # binary: an appliance above this many W is on
     bands: list[float] = field(default_factory=lambda: list(DEFAULT_BANDS))   # categorical: band edges in W

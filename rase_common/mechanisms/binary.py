@@ -16,6 +16,7 @@ import numpy as np
 
 from edge_agent.binary_rr import DEFAULT_DEN, flip_fraction
 from rase_common.mechanisms.base import Estimate, Estimates, Mechanism, Setting, z_quantile
+from rase_common.mechanisms.intervals import bonferroni, per_level, two_binomial_sterne
 from rase_common.mechanisms.support import ExactSupport
 
 COUNT_MEANING = {
@@ -54,16 +55,36 @@ def on_count_from(tallies: dict[float, tuple[int, int]], level: float = 0.95) ->
     return count_interval(tallies, level)
 
 
+# Several eps levels: a normal interval from the exact variance when at least this
+# many reports are expected to be uniform bits (their sum is then near normal), else
+# Bonferroni over the levels' exact intervals.
+NORMAL_MIN_NOISY = 20
+
+
 def count_interval(tallies: dict[float, tuple[int, int]], level: float = 0.95) -> Estimate:
-    """Binary count from (ones, reports) per flip probability p: normal interval
-    from the exact variance, clipped to [0, n]."""
-    value, var, n = 0.0, 0.0, 0
-    for p, (ones, m) in tallies.items():
-        value += (ones - m * p / 2) / (1 - p)
-        var += m * (p / 2) * (1 - p / 2) / (1 - p) ** 2
-        n += m
-    half = z_quantile(level) * math.sqrt(var)
-    return Estimate(value, max(0.0, value - half), min(float(n), value + half), n, "normal-clipped", var)
+    """The count from (ones, reports) per flip probability p. One level's
+    ones are exactly Bin(X, 1 - p/2) + Bin(n - X, p/2) for its X devices on,
+    so its interval for X is exact (Sterne's acceptance sets: coverage >=
+    level for every X). The variance, n (p/2)(1 - p/2) / (1 - p)^2 per level,
+    is exact and the same for every X: several levels take the normal
+    interval from it when enough reports are noise (NORMAL_MIN_NOISY),
+    Bonferroni over their exact intervals otherwise."""
+    value = sum((ones - n * p / 2) / (1 - p) for p, (ones, n) in tallies.items())
+    var = sum(count_variance(n, p) for p, (_, n) in tallies.items())
+    total = sum(n for _, n in tallies.values())
+    if len(tallies) > 1 and sum(n * p for p, (_, n) in tallies.items()) >= NORMAL_MIN_NOISY:
+        half = z_quantile(level) * math.sqrt(var)
+        return Estimate(value, max(0.0, value - half), min(float(total), value + half), total,
+                        "normal-exact-variance", var)
+    parts = []
+    each = per_level(level, len(tallies))
+    for p, (ones, n) in tallies.items():
+        lo, hi = two_binomial_sterne(int(ones), int(n), 1 - p / 2, p / 2, each)
+        parts.append((1.0, Estimate((ones - n * p / 2) / (1 - p), float(lo), float(hi), int(n), "exact-sterne",
+                                    count_variance(n, p))))
+    if len(parts) == 1:
+        return parts[0][1]
+    return bonferroni(parts, level, "bonferroni(exact-sterne)")
 
 
 def on_count(bits_by_level: dict[float, np.ndarray], level: float = 0.95) -> Estimate:

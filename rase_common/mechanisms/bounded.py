@@ -10,16 +10,16 @@ Reports are in reading units; exact values are Fractions.
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 import numpy as np
 
 from edge_agent.ldp_rational import BoundedGrid
 from edge_agent.randomizer import Calibration
-import math
-
 from rase_common.mechanisms.base import Estimate, Estimates, Mechanism, Setting, z_quantile
-from rase_common.mechanisms.intervals import reports_of
+from rase_common.mechanisms.intervals import (accepted_hull, bonferroni, per_level, reports_of, score_interval,
+                                               split_variance_bound)
 
 
 def center_half(cal: Calibration) -> tuple[Fraction, Fraction]:
@@ -72,9 +72,13 @@ def mixed_variance(a: Fraction, b: Fraction, cal: Calibration, k0: int, u: Fract
 
 class BoundedMechanism(Mechanism):
     """A mean mechanism over the bounded grid. A subclass gives `quadratic`,
-    `report_values`, `report_pmf`, `device_values`, `support` and `sample_indices`."""
+    `report_values`, `report_pmf`, `pmf_array`, `device_values`, `support` and `sample_indices`."""
     output = "mean"
-    extras = ("bs", "se", "mle")
+    # Up to this many reports in an eps level the interval is exact (the normal
+    # approximation fails for few reports of PM/HM at high eps, whose rare
+    # outliers dominate); above it the score interval with the variance bound
+    # (measured in benchmarks/coverage.py).
+    exact_max_n = 200
 
     # -- what a subclass provides --------------------------------------------
     def quadratic(self, eps: float, cal: Calibration) -> tuple[Fraction, Fraction]:
@@ -131,6 +135,19 @@ class BoundedMechanism(Mechanism):
         v0 = a + b * (k0 - half_k) ** 2
         v1 = a + b * (k0 + 1 - half_k) ** 2
         return (1 - u) * v0 + u * v1 + u * (1 - u) * step * step
+
+    def variance_bound(self, setting: Setting, eps: float, mu) -> np.ndarray:
+        """The largest mean per-report variance of n readings whose mean is mu:
+        the least concave majorant of Var[y | x] at mu. V is quadratic in the
+        reading with coefficient B: for B <= 0 (concave: Duchi, HM at small
+        eps) it is V(mu); for B > 0 (convex: PM) the chord between the ends,
+        V(x_min) = V(x_max). The random rounding adds at most step^2 / 4."""
+        cal = setting.calibration
+        a, b = (float(v) for v in self.quadratic(eps, cal))
+        m = np.clip(np.asarray(mu, dtype=np.float64), cal.x_min, cal.x_max)
+        d = (m - cal.x_min) * cal.grid_max / cal.delta - cal.grid_max / 2
+        core = a + b * d * d if b <= 0 else a + b * (cal.grid_max / 2) ** 2 + 0.0 * d
+        return core + (cal.delta / cal.grid_max) ** 2 / 4
 
     def worst_case_variance_exact(self, cal: Calibration, eps: float) -> Fraction:
         """max over every reading x (on or between grid points) of Var[y | x].
@@ -189,19 +206,124 @@ class BoundedMechanism(Mechanism):
             worst = max(worst, hi[o] / lo[o])
         return worst
 
+    def pmf_array(self, cal: Calibration, eps: float, k: int) -> np.ndarray:
+        """report_pmf at grid index k as floats over every output index."""
+        raise NotImplementedError
+
+    def exact_interval(self, y: np.ndarray, eps: float, setting: Setting, level: float) -> Estimate:
+        """The small-sample interval of the mean of one eps level's reports
+        (Duchi: exact binomial; PM and HM: exact under the least favourable readings)."""
+        return least_favourable_estimate(self, y, eps, setting, level)
+
     def estimate(self, by_level: dict, setting: Setting, level: float = 0.95) -> Estimates:
-        return Estimates({"mean": sample_mean(by_level, level)},
-                         {"mean": MEAN_MEANING})
+        return Estimates({"mean": level_mean(self, by_level, setting, level)}, {"mean": MEAN_MEANING})
 
 
-def sample_mean(by_level: dict, level: float = 0.95) -> Estimate:
-    """Mean of reports that are each unbiased; normal interval from their sample variance."""
-    z, _ = reports_of(by_level)
-    m = float(z.mean())
-    var = float(z.var(ddof=1)) / z.size if z.size > 1 else math.inf
-    half = z_quantile(level) * math.sqrt(var)
-    return Estimate(m, m - half, m + half, int(z.size), "normal-sample-variance", var)
+LF_BINS = 1024       # bins of the output range for the exact sum distribution
+LF_POINTS = 129      # mean readings at which the least favourable quantiles are tabulated
+
+
+def level_mean(mech, by_level: dict, setting: Setting, level: float) -> Estimate:
+    """The mean of reports that are each unbiased for their reading, with an
+    interval that holds for every reading configuration: exact per level for
+    few reports, the score interval with the variance bound for many; eps
+    levels combined by the split variance bound (many reports each) or by
+    Bonferroni."""
+    levels = [(float(e), np.asarray(v, dtype=np.float64)) for e, v in by_level.items() if len(v)]
+    y_all, _ = reports_of(by_level)
+    n = y_all.size
+    if len(levels) == 1:
+        eps, y = levels[0]
+        return level_interval(mech, y, eps, setting, level)
+    if all(y.size > mech.exact_max_n for _, y in levels):
+        bound = split_variance_bound([functools.partial(mech.variance_bound, setting, e) for e, _ in levels],
+                                     [y.size / n for _, y in levels], setting.x_min, setting.x_max)
+        return score_estimate(float(y_all.mean()), n, bound, setting, level, "score-variance-bound")
+    each = per_level(level, len(levels))
+    parts = [(y.size / n, level_interval(mech, y, e, setting, each)) for e, y in levels]
+    return bonferroni(parts, level, "bonferroni(" + ",".join(sorted({p.method for _, p in parts})) + ")")
+
+
+def level_interval(mech, y: np.ndarray, eps: float, setting: Setting, level: float) -> Estimate:
+    if y.size <= mech.exact_max_n:
+        return mech.exact_interval(y, eps, setting, level)
+    return score_estimate(float(y.mean()), y.size, functools.partial(mech.variance_bound, setting, eps), setting,
+                          level, "score-variance-bound")
+
+
+def score_estimate(mu_hat: float, n: int, bound, setting: Setting, level: float, method: str) -> Estimate:
+    """The score interval, its variance the bound's largest value over the interval."""
+    lo, hi = score_interval(mu_hat, n, bound, setting.x_min, setting.x_max, z_quantile(level))
+    return Estimate(mu_hat, lo, hi, n, method, interval_variance(bound, lo, hi, n))
+
+
+def interval_variance(bound, lo: float, hi: float, n: int) -> float:
+    """The largest variance of a mean of n reports over [lo, hi] (for windowed averages)."""
+    return float(np.max(bound(np.linspace(lo, hi, 65)))) / n
+
+
+def least_favourable_estimate(mech, y: np.ndarray, eps: float, setting: Setting, level: float) -> Estimate:
+    """Exact interval of the mean of n reports: every mu whose least
+    favourable readings (the two ends of the range, in the proportion that
+    gives mean mu, when the per-report variance is convex; all readings at mu
+    when it is concave) put mu_hat inside the central `level` of the mean's
+    exact distribution. That distribution is the n-fold convolution of the
+    reports' pmfs, over the output range cut into LF_BINS bins (each bin's
+    half-width is added to both ends)."""
+    cal = setting.calibration
+    grid, d_lo, d_hi = least_favourable_table(mech, eps, y.size, cal.x_min, cal.x_max, cal.gamma, level)
+    mu_hat = float(y.mean())
+
+    def ok(m):
+        return (m + np.interp(m, grid, d_lo) <= mu_hat) & (mu_hat <= m + np.interp(m, grid, d_hi))
+    lo, hi = accepted_hull(ok, lambda m: bool(ok(np.array([m]))[0]), cal.x_min, cal.x_max,
+                           min(max(mu_hat, cal.x_min), cal.x_max))
+    bound = functools.partial(mech.variance_bound, setting, eps)
+    return Estimate(mu_hat, lo, hi, y.size, "exact-least-favourable", interval_variance(bound, lo, hi, y.size))
+
+
+@functools.lru_cache(maxsize=256)
+def least_favourable_table(mech, eps: float, n: int, x_min: float, x_max: float, gamma: float,
+                           level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mu grid, lower and upper quantile of mu_hat - mu) under the least
+    favourable readings of mean mu, for n reports of one eps level."""
+    from scipy import fft
+
+    cal = Calibration(x_min=x_min, x_max=x_max, gamma=gamma)
+    K = cal.grid_max
+    values = mech.device_values(cal, eps)
+    vmin, vmax = float(values.min()), float(values.max())
+    h = (vmax - vmin) / (LF_BINS - 1)
+    bins = np.rint((values - vmin) / h).astype(np.int64)
+    length = n * (LF_BINS - 1) + 1
+    size = fft.next_fast_len(length, real=True)
+
+    def spectrum(k: float) -> np.ndarray:
+        k0 = min(int(k), K - 1)
+        u = k - k0
+        pmf = (1 - u) * mech.pmf_array(cal, eps, k0) + u * mech.pmf_array(cal, eps, k0 + 1)
+        return fft.rfft(np.bincount(bins, weights=pmf, minlength=LF_BINS), size)
+
+    convex = float(mech.quadratic(eps, cal)[1]) > 0
+    bottom, top = spectrum(0), spectrum(K)
+    grid = np.linspace(x_min, x_max, LF_POINTS)
+    alpha = 1 - level
+    d_lo, d_hi = np.empty(LF_POINTS), np.empty(LF_POINTS)
+    for i, mu in enumerate(grid):
+        share = (mu - x_min) / cal.delta
+        if convex:
+            m = min(int(share * n), n - 1)
+            f = top ** m * spectrum((share * n - m) * K) * bottom ** (n - m - 1)
+        else:
+            f = spectrum(share * K) ** n
+        dist = np.clip(fft.irfft(f, size)[:length], 0.0, None)
+        cdf = np.cumsum(dist) / dist.sum()
+        i_lo = int(np.searchsorted(cdf, alpha / 2, side="right"))
+        i_hi = min(int(np.searchsorted(cdf, 1 - alpha / 2, side="left")), length - 1)
+        d_lo[i] = vmin + h * i_lo / n - mu - h / 2
+        d_hi[i] = vmin + h * i_hi / n - mu + h / 2
+    return grid, d_lo, d_hi
 
 
 MEAN_MEANING = ("unbiased for the mean reading (clipped to [x_min, x_max]); each report is unbiased, "
-                "so this is their mean. Use this one.")
+                "so this is their mean; its interval holds for any readings (`method`). Use this one.")

@@ -24,7 +24,7 @@ import numpy as np
 
 from edge_agent.randomizer import Calibration, laplace_noise
 from rase_common.mechanisms.base import IMPLAUSIBLE, Estimate, Estimates, Mechanism, Setting, z_quantile
-from rase_common.mechanisms.intervals import reports_of
+from rase_common.mechanisms.intervals import reports_of, score_interval, split_variance_bound
 from rase_common.mechanisms.support import GridSupport, PointsSupport, UnionSupport
 
 # Without clamping BR's noise is unbounded: ingest accepts reports on the grid
@@ -98,8 +98,9 @@ def corrected(z, eps_per_value, cal: Calibration) -> np.ndarray:
 
 
 def mean_variance(corrected: np.ndarray, eps_per_value, cal: Calibration) -> float:
-    """Variance of the mean of the corrected reports: exact for levels that
-    were not clamped, the corrected reports' sample variance for clamped ones."""
+    """Variance of the mean of the corrected reports, from the reports: exact
+    for levels that were not clamped, the corrected reports' sample variance
+    for clamped ones (a plug-in; `mean`'s interval uses the exact bound instead)."""
     e = np.asarray(eps_per_value, dtype=np.float64)
     n = corrected.size
     total = 0.0
@@ -114,13 +115,35 @@ def mean_variance(corrected: np.ndarray, eps_per_value, cal: Calibration) -> flo
     return total / n ** 2
 
 
-def unbiased_mean(by_level: dict, cal: Calibration, level: float = 0.95) -> Estimate:
+def unbiased_mean(by_level: dict, setting: Setting, level: float = 0.95) -> Estimate:
+    """`mean`: the mean of the corrected reports. Its interval uses no
+    variance estimated from the reports: without clamping the noise variance
+    is exact and the same for every reading (a normal interval; the mean of
+    n >= 10 discrete Laplace noises is close enough to normal that it covers
+    >= 0.947); with clamping it is the score interval with the corrected
+    report's exact variance at the candidate mean (concave in the reading, so
+    no readings with that mean have more); several levels by the split bound."""
+    cal = setting.calibration
     z, e = reports_of(by_level)
     c = corrected(z, e, cal)
-    m = float(c.mean())
-    var = mean_variance(c, e, cal)
-    half = z_quantile(level) * math.sqrt(var)
-    return Estimate(m, m - half, m + half, int(c.size), "normal", var)
+    n, mu_hat = c.size, float(c.mean())
+    levels = sorted(by_level)
+    if len(levels) == 1 and not is_clamped(cal, float(levels[0])):
+        var = laplace_variance(cal, float(levels[0])) / n
+        half = z_quantile(level) * math.sqrt(var)
+        lo, hi = max(mu_hat - half, cal.x_min), min(mu_hat + half, cal.x_max)   # the mean reading lies in the range
+        if lo > hi:
+            lo = hi = cal.x_min if mu_hat < cal.x_min else cal.x_max
+        return Estimate(mu_hat, lo, hi, n, "normal-exact-variance", var)
+    if len(levels) == 1:
+        bound = functools.partial(BR_MECHANISM.variance_bound, setting, float(levels[0]))
+    else:
+        bound = split_variance_bound([functools.partial(BR_MECHANISM.variance_bound, setting, float(v))
+                                      for v in levels], [float(np.mean(e == v)) for v in levels],
+                                     setting.x_min, setting.x_max)
+    # A mean outside [x_min, x_max] is possible (noise); the bound is flat beyond the ends.
+    lo, hi = score_interval(mu_hat, n, bound, cal.x_min, cal.x_max, z_quantile(level))
+    return Estimate(mu_hat, lo, hi, n, "score-variance-bound", float(np.max(bound(np.linspace(lo, hi, 65)))) / n)
 
 
 class BR(Mechanism):
@@ -160,6 +183,14 @@ class BR(Mechanism):
         cal = setting.calibration
         return np.asarray(grid_variance(cal, eps, grid_index(cal, x)), dtype=np.float64)
 
+    def variance_bound(self, setting: Setting, eps: float, mu) -> np.ndarray:
+        """The largest mean per-report variance of readings whose mean is mu:
+        grid_variance at mu's (fractional) grid position, since it is concave
+        in k (constant when not clamped)."""
+        cal = setting.calibration
+        k = np.clip((np.asarray(mu, dtype=np.float64) - cal.x_min) / cal.gamma, 0, cal.grid_max)
+        return np.asarray(grid_variance(cal, eps, k), dtype=np.float64)
+
     def worst_case_variance(self, setting: Setting, eps: float) -> float:
         cal = setting.calibration
         return float(grid_variance(cal, eps, cal.grid_max // 2))   # concave, symmetric about K/2
@@ -171,12 +202,13 @@ class BR(Mechanism):
     def estimate(self, by_level: dict, setting: Setting, level: float = 0.95) -> Estimates:
         cal = setting.calibration
         z = np.concatenate([np.asarray(v, dtype=np.float64) for v in by_level.values()])
-        return Estimates({"mean": unbiased_mean(by_level, cal, level)}, {"mean": MEAN_MEANING},
+        return Estimates({"mean": unbiased_mean(by_level, setting, level)}, {"mean": MEAN_MEANING},
                          clamped=any(is_clamped(cal, float(e)) for e in by_level),
                          share_at_bound=float(np.mean((z == cal.x_min) | (z == cal.x_max))))
 
 
 MEAN_MEANING = ("unbiased for the mean reading (clipped to [x_min, x_max]) whatever eps, clamped or not: "
-                "clamped reports replaced by their exact conditional expectations. Use this one.")
+                "clamped reports replaced by their exact conditional expectations; its interval holds for any "
+                "readings (`method`). Use this one.")
 
 BR_MECHANISM = BR()

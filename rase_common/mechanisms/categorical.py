@@ -13,12 +13,15 @@ Variance of a rare band's frequency per report:
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from edge_agent.categorical import DEFAULT_DEN, choose_oracle, krr_keep_fraction, oue_flip_fraction
 from rase_common.mechanisms.base import Estimate, Estimates, Mechanism, Setting, z_quantile
+from rase_common.mechanisms.intervals import (bonferroni, per_level, score_interval, split_variance_bound,
+                                               two_binomial_sterne)
 from rase_common.mechanisms.support import ExactSupport
 
 FREQUENCIES_MEANING = {
@@ -71,18 +74,46 @@ def _frequencies(levels: list[tuple[float, float, np.ndarray, int]], k: int, lev
     return [share_interval([(hit, q, int(c[j]), m) for hit, q, c, m in levels], level) for j in range(k)]
 
 
+# Several eps levels: the score interval with the split variance bound when at least
+# this many reports are expected to name a category falsely, else Bonferroni.
+NORMAL_MIN_FALSE = 20
+
+
 def share_interval(levels: list[tuple[float, float, int, int]], level: float = 0.95) -> Estimate:
     """Share of devices in one category from (hit, q, count, reports) per eps
-    level; normal interval with the variance at the estimate clipped to [0, 1]."""
-    n = sum(m for _, _, _, m in levels)
-    value, var = 0.0, 0.0
+    level. One level's count is exactly Bin(n_j, hit) + Bin(n - n_j, q), so
+    its interval for n_j is exact (Sterne's acceptance sets: coverage >=
+    level for every n_j). Several levels: the score interval with the largest
+    variance over the split of the share between levels (linear in each
+    level's share) when enough false reports make the sum near normal
+    (NORMAL_MIN_FALSE), Bonferroni over the levels' exact intervals otherwise.
+    The variance is the largest over the interval (for windowed averages)."""
+    n_all = sum(m for _, _, _, m in levels)
+    value = sum(m / n_all * (c / m - q) / (hit - q) for hit, q, c, m in levels)
+    if len(levels) > 1 and sum(m * q for _, q, _, m in levels) >= NORMAL_MIN_FALSE:
+        bound = split_variance_bound([functools.partial(_unit_variance, hit, q) for hit, q, _, _ in levels],
+                                     [m / n_all for *_, m in levels], 0.0, 1.0)
+        lo, hi = score_interval(value, n_all, bound, 0.0, 1.0, z_quantile(level))
+        var = float(np.max(bound(np.linspace(lo, hi, 65)))) / n_all
+        return Estimate(value, lo, hi, n_all, "score-variance-bound", var)
+    each = per_level(level, len(levels))
+    parts = []
     for hit, q, c, m in levels:
-        f = (c / m - q) / (hit - q)
-        fc = min(max(f, 0.0), 1.0)
-        value += m / n * f
-        var += (m / n) ** 2 * (fc * hit * (1 - hit) + (1 - fc) * q * (1 - q)) / (m * (hit - q) ** 2)
-    half = z_quantile(level) * math.sqrt(var)
-    return Estimate(value, max(0.0, value - half), min(1.0, value + half), n, "normal-clipped", var)
+        lo, hi = two_binomial_sterne(int(c), int(m), hit, q, each)
+        var = max(share_variance(v / m, m, hit, q) for v in (lo, hi))
+        parts.append((m / n_all, Estimate((c / m - q) / (hit - q), lo / m, hi / m, int(m), "exact-sterne", var)))
+    if len(parts) == 1:
+        return parts[0][1]
+    return bonferroni(parts, level, "bonferroni(exact-sterne)")
+
+
+def _unit_variance(hit: float, q: float, f):
+    """n x the variance of one level's share estimate at share f (linear in f)."""
+    return (np.asarray(f) * hit * (1 - hit) + (1 - np.asarray(f)) * q * (1 - q)) / (hit - q) ** 2
+
+
+def share_variance(f: float, m: int, hit: float, q: float) -> float:
+    return (f * hit * (1 - hit) + (1 - f) * q * (1 - q)) / (m * (hit - q) ** 2)
 
 
 def krr_frequencies(counts, n: int, keep_p: float, level: float = 0.95) -> list[Estimate]:

@@ -5,8 +5,9 @@ device's rational bound; P(+C | k) = (k/K) a/(a+b) + (1 - k/K) b/(a+b), so
 E[y | k] = grid_value(k) and Var[y | k] = half^2 (C^2 - t^2), t = (2k - K)/K:
 concave in the reading. The number S of +C reports among n is a sum of
 independent Bernoullis (Poisson binomial) with mean n p_bar, and p_bar is a
-linear function of the mean reading: the interval is Clopper-Pearson's for
-p_bar (conservative for a Poisson binomial: Hoeffding 1956, Theorem 4),
+linear function of the mean reading: the interval is an exact binomial one
+for p_bar (Sterne's acceptance sets, coverage >= level for every p_bar, and
+for a Poisson binomial too: its tails are lighter, Hoeffding 1956, Theorem 4),
 mapped through that line (rase_common.mechanisms.intervals)."""
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import numpy as np
 
 from edge_agent.duchi import DuchiParams
 from edge_agent.randomizer import Calibration
-from rase_common.mechanisms.bounded import BoundedMechanism, center_half
+from rase_common.mechanisms.base import Estimate
+from rase_common.mechanisms.bounded import BoundedMechanism, center_half, interval_variance
+from rase_common.mechanisms.intervals import STERNE_MAX_N, binomial_sterne
 from rase_common.mechanisms.support import PointsSupport
 
 
@@ -42,6 +45,10 @@ def up_probability(cal: Calibration, eps: float, position) -> float:
 
 class Duchi(BoundedMechanism):
     name = "duchi"
+    # Always exact: the score (Wilson) interval of a binomial covers far less
+    # than its level where n p is about 0.1 to 1, i.e. readings near an end of
+    # the range at high eps (e.g. 0.84 for 45 readings at 16 W, eps 9).
+    exact_max_n = 10 ** 9
 
     def quadratic(self, eps: float, cal: Calibration) -> tuple[Fraction, Fraction]:
         K = cal.grid_max
@@ -70,6 +77,26 @@ class Duchi(BoundedMechanism):
 
     def sample_indices(self, cal: Calibration, eps: float, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return (rng.random(np.shape(k)) < up_probability(cal, eps, k)).astype(np.int64)
+
+    def pmf_array(self, cal: Calibration, eps: float, k: int) -> np.ndarray:
+        up = float(up_probability(cal, eps, k))
+        return np.array([1.0 - up, up])
+
+    def exact_interval(self, y: np.ndarray, eps: float, setting, level: float) -> Estimate:
+        """Sterne's exact interval for the mean probability of +C (the number
+        of +C reports is a sum of independent Bernoullis), mapped through the
+        line from that probability to the mean reading."""
+        cal = setting.calibration
+        p = params(eps)
+        ups = int(np.sum(y > (cal.x_min + cal.x_max) / 2))
+        lo, hi = binomial_sterne(ups, y.size, level, p.b / (p.a + p.b), p.a / (p.a + p.b))
+
+        def reading(prob: float) -> float:
+            return min(max(cal.x_min + cal.delta * (prob * (p.a + p.b) - p.b) / (p.a - p.b), cal.x_min), cal.x_max)
+        bound = functools.partial(self.variance_bound, setting, eps)
+        lo, hi = reading(lo), reading(hi)
+        method = "exact-binomial-sterne" if y.size <= STERNE_MAX_N else "exact-binomial-clopper-pearson"
+        return Estimate(float(y.mean()), lo, hi, y.size, method, interval_variance(bound, lo, hi, y.size))
 
     def support(self, setting, eps: float) -> PointsSupport:
         cal = setting.calibration

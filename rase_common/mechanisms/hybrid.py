@@ -48,6 +48,15 @@ class Hybrid(BoundedMechanism):
         out.update({n_out + s: (1 - w) * p for s, p in duchi.DUCHI.report_pmf(cal, eps, k).items()})
         return out
 
+    def pmf_array(self, cal: Calibration, eps: float, k: int) -> np.ndarray:
+        w = float(alpha(eps, cal.grid_max))
+        return np.concatenate([w * piecewise.pm_pmf_array(cal, eps, k), (1 - w) * duchi.DUCHI.pmf_array(cal, eps, k)])
+
+    def exact_interval(self, y: np.ndarray, eps: float, setting, level: float):
+        if not alpha(eps, setting.calibration.grid_max):
+            return duchi.DUCHI.exact_interval(y, eps, setting, level)     # HM below eps* = 0.61 is Duchi
+        return super().exact_interval(y, eps, setting, level)
+
     def device_values(self, cal: Calibration, eps: float) -> np.ndarray:
         return np.concatenate([piecewise.pm_device_values(cal, eps), duchi.DUCHI.device_values(cal, eps)])
 

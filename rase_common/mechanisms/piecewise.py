@@ -87,6 +87,13 @@ def pm_pmf(cal: Calibration, eps: float, k: int, weight: Fraction = Fraction(1))
     return {j: hi if k <= j < k + p.window else lo for j in range(p.n_out)}
 
 
+def pm_pmf_array(cal: Calibration, eps: float, k: int) -> np.ndarray:
+    p = params(eps, cal.grid_max)
+    out = np.full(p.n_out, p.b / p.den)
+    out[k:k + p.window] = p.a / p.den
+    return out
+
+
 def pm_support(cal: Calibration, eps: float) -> GridSupport:
     p = params(eps, cal.grid_max)
     return GridSupport((cal.x_min + cal.x_max) / 2.0, device_step(cal, eps), 2, 1 - p.n_out, 0, p.n_out - 1,
@@ -115,6 +122,9 @@ class Piecewise(BoundedMechanism):
 
     def device_values(self, cal: Calibration, eps: float) -> np.ndarray:
         return pm_device_values(cal, eps)
+
+    def pmf_array(self, cal: Calibration, eps: float, k: int) -> np.ndarray:
+        return pm_pmf_array(cal, eps, k)
 
     def sample_indices(self, cal: Calibration, eps: float, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return pm_sample_indices(cal, eps, k, rng)

@@ -23,6 +23,7 @@ class ConstSource:
 
 
 def agent(tmp_path, port, device="dev1", speedup=80.0, **kw):
+    kw.setdefault("mechanism", "br")      # the checks below are BR's grid and clamp range
     cfg = AgentConfig.load(None, device=device, region="r1", eps=1.0, period_s=8.0,
                            ledger_path=tmp_path / f"{device}.json", broker={"port": port}, **kw)
     return AgentService(cfg, source=ConstSource(1000.0), clock=ScaledClock(1_700_000_000.0, speedup))
@@ -80,7 +81,7 @@ def test_control_message_recalibrates_a_running_agent(mosquitto, tmp_path):
     try:
         assert rec.wait_for(lambda: len(rec.messages) >= 3)
         control = {"v": 1, "beta": 0.5, "rho": 0.9, "x_min": 0, "x_max": 500, "gamma": 5,
-                   "period_s": 8, "eps_levels": [0.25, 0.5]}
+                   "period_s": 8, "eps_levels": [0.25, 0.5], "mechanism": "br"}
         publish_retained(mosquitto.port, "rase/v1/control/precision", json.dumps(control))
         assert rec.wait_for(lambda: any(json.loads(m.payload)["eps"] == 0.5 for m in rec.messages))
         n_before = len(rec.messages)

@@ -30,6 +30,7 @@ def write_config(tmp_path, port):
     cfg = tmp_path / "fog.toml"
     cfg.write_text(f"""
 name = "crash"
+device_mechanism = "br"
 period_s = {PERIOD_S}
 epoch0 = 0.0
 lateness_periods = 4

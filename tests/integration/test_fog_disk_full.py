@@ -51,6 +51,7 @@ def fill(disk) -> None:
 def test_journal_on_a_full_disk_holds_reports_then_resumes_and_loses_none(mosquitto, small_disk):
     clock = ManualClock(5 * 8.0 + 1)   # logical t = 5
     cfg = FogConfig.load(None, name="diskfull", regions={"r1": {"devices": DEVICES}}, period_s=8.0, k_min=10,
+                         device_mechanism="br",
                          lateness_periods=20, journal_path=small_disk / "fog.sqlite",
                          broker={"port": mosquitto.port})
     service = FogService(cfg, clock=clock)

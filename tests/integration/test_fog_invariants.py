@@ -25,7 +25,7 @@ BAD_PAYLOADS = [b"", b"{", b"[]", b'{"v":1}', b'{"v":1,"t":"5","y":1,"eps":1.0,"
 def test_bad_traffic_beside_good_and_small_windows_never_leave(mosquitto, tmp_path):
     clock = ManualClock(5 * 8.0 + 1)   # logical t = 5
     cfg = FogConfig.load(None, name="inv", regions={"r1": {"devices": GOOD}, "r2": {"devices": SMALL}},
-                         period_s=8.0, k_min=10, journal_path=tmp_path / "fog.sqlite",
+                         period_s=8.0, k_min=10, journal_path=tmp_path / "fog.sqlite", device_mechanism="br",
                          broker={"port": mosquitto.port})
     service = FogService(cfg, clock=clock)
     rec = Recorder(mosquitto.port, ["rase/v1/windows/#"], persistent=False)

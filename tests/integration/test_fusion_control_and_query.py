@@ -29,6 +29,7 @@ tick_s = 0.01
 [precision]
 x_max = {x_max}
 eps_levels = [1.0]
+mechanism = "br"
 [broker]
 port = {port}
 """
@@ -51,7 +52,7 @@ def test_precision_rebroadcast_on_config_change_and_query(mosquitto, tmp_path):
                                         for m in rec.messages if m.payload), timeout_s=10)
         # Two timestamps of windows, then read them back with the CLI.
         for t in (7, 8):
-            w = WindowMessage.uniform("r1", t, [float(t * 10 + i) for i in range(10)])
+            w = WindowMessage.uniform("r1", t, [float(t * 10 + i) for i in range(10)], kind="br")
             publish_once(mosquitto.port, "rase/v1/windows/r1", w.model_dump_json())
         assert rec.wait_for(lambda: svc.store.count() == 2)
     finally:

@@ -75,6 +75,7 @@ store_path = "{db}"
 tick_s = 0.01
 [precision]
 epoch0 = {recent_epoch0()}
+mechanism = "br"
 [broker]
 port = {own_mosquitto.port}
 """)
@@ -90,7 +91,7 @@ port = {own_mosquitto.port}
         killed = False
         for t in range(1, N + 1):
             values = [float(t + i) for i in range(12)]
-            w = WindowMessage.uniform("r1", t, values)
+            w = WindowMessage.uniform("r1", t, values, kind="br")
             infos.append(pub.publish("rase/v1/windows/r1", w.model_dump_json(), qos=1))
             time.sleep(0.002)
             if not killed and len(stored(db)) >= 60:

@@ -18,7 +18,7 @@ N = 300
 
 def window(t: int) -> str:
     values = [float(t + i) for i in range(12)]
-    return WindowMessage.uniform("r1", t, values).model_dump_json()
+    return WindowMessage.uniform("r1", t, values, kind="br").model_dump_json()
 
 
 def test_sigkill_while_consuming_from_kafka_loses_and_duplicates_nothing(own_mosquitto, tansu, tmp_path):
@@ -34,6 +34,7 @@ tick_s = 0.01
 source = "kafka"
 [precision]
 epoch0 = {recent_epoch0()}
+mechanism = "br"
 [broker]
 port = {own_mosquitto.port}
 [kafka]

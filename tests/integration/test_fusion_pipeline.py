@@ -31,13 +31,13 @@ def test_end_to_end_aggregates_and_precision_broadcast(mosquitto, tmp_path):
     # The fusion center broadcasts a precision the agents do not have locally:
     # range 0..3000 W, grid 2 W, eps menu [0.5].
     precision = ControlMessage(x_min=0.0, x_max=3000.0, gamma=2.0, period_s=8.0, epoch0=epoch0,
-                                 eps_levels=[0.5])
+                                 eps_levels=[0.5], mechanism="br")
     fusion_cfg = FusionConfig.load(None, name="e2e", regions=["r1"], merge_deadline_s=40.0,
                                    store_path=tmp_path / "fusion.sqlite", precision=precision.model_dump(),
                                    windows_w=[4], broker=broker)
     fog_cfg = FogConfig.load(None, name="e2e", regions={"r1": {"refit_houses": list(HOUSES)}}, period_s=8.0,
                              epoch0=epoch0, k_min=10, lateness_periods=2, eps_levels=[0.5], x_max=3000.0,
-                             journal_path=tmp_path / "fog.sqlite", broker=broker)
+                             journal_path=tmp_path / "fog.sqlite", broker=broker, device_mechanism="br")
     rec = Recorder(mosquitto.port, ["rase/v1/aggregates/#", "rase/v1/reports/#", "rase/v1/control/#"],
                    persistent=False)
     fusion_svc = FusionService(fusion_cfg, clock=clock)
@@ -50,7 +50,7 @@ def test_end_to_end_aggregates_and_precision_broadcast(mosquitto, tmp_path):
         for h in houses:
             for dev in h.device_ids():
                 cfg = AgentConfig.load(None, device=dev, region="r1", eps=1.0, period_s=8.0, epoch0=epoch0,
-                                       ledger_path=tmp_path / f"{dev}.json", broker=broker)
+                                       ledger_path=tmp_path / f"{dev}.json", broker=broker, mechanism="br")
                 agents.append(ServiceThread(AgentService(cfg, source=RefitColumnSource(h, dev), clock=clock)))
         assert rec.wait_for(lambda: len(rec.on("rase/v1/aggregates/t/")) >= 12, timeout_s=60)
     finally:
@@ -76,8 +76,11 @@ def test_end_to_end_aggregates_and_precision_broadcast(mosquitto, tmp_path):
         ys = by_t[a.t]
         assert a.estimates["se"].value == pytest.approx(np.mean(ys))          # computed on exactly those reports
         assert a.estimates["mle"].value == pytest.approx(np.median(ys))       # equal lambdas: plain median
-        lo, hi = a.estimates["bs"].ci
-        assert lo <= a.estimates["bs"].value <= hi
+        # 18 reports: no bootstrap (published from 100 reports of a level, fusion_center.merge.BS_MIN_REPORTS);
+        # the mean's interval is the clamped BR score interval, within the range.
+        assert "bs" not in a.estimates
+        lo, hi = a.estimates["mean"].ci
+        assert 0.0 <= lo <= hi <= 3000.0 and a.estimates["mean"].method == "score-variance-bound"
         assert a.clamped and a.complete and a.regions == ["r1"]
         assert a.windowed["4"]["se"].present >= 1
     latest = [Aggregate.model_validate_json(m.payload) for m in rec.on("rase/v1/aggregates/latest") if m.payload]

@@ -43,10 +43,12 @@ def _pipeline_through_kafka(mosquitto, tansu, tmp_path, name, during=None):
     kafka = {"bootstrap_servers": tansu.bootstrap, "idempotent": False, "group_id": name}
     fusion_cfg = FusionConfig.load(None, name=name, regions=["r1"], merge_deadline_s=40.0,
                                    store_path=tmp_path / "fusion.sqlite", windows_w=[4], broker=broker,
-                                   source="kafka", kafka=kafka, precision={"epoch0": epoch0, "period_s": 8.0})
+                                   source="kafka", kafka=kafka, precision={"epoch0": epoch0, "period_s": 8.0,
+                                                                             "mechanism": "br"})
     fog_cfg = FogConfig.load(None, name=name, regions={"r1": {"refit_houses": list(HOUSES)}}, period_s=8.0,
                              epoch0=epoch0, k_min=10, lateness_periods=LATENESS,
-                             journal_path=tmp_path / "fog.sqlite", broker=broker, sink="kafka", kafka=kafka)
+                             journal_path=tmp_path / "fog.sqlite", broker=broker, sink="kafka", kafka=kafka,
+                             device_mechanism="br")
     rec = Recorder(mosquitto.port, ["rase/v1/aggregates/t/#", "rase/v1/reports/#", "rase/v1/windows/#"],
                    persistent=False)
     fusion = ServiceThread(FusionService(fusion_cfg, clock=clock))
@@ -56,7 +58,7 @@ def _pipeline_through_kafka(mosquitto, tansu, tmp_path, name, during=None):
         for h in houses:
             for dev in h.device_ids():
                 cfg = AgentConfig.load(None, device=dev, region="r1", eps=1.0, period_s=8.0, epoch0=epoch0,
-                                       ledger_path=tmp_path / f"{dev}.json", broker=broker)
+                                       ledger_path=tmp_path / f"{dev}.json", broker=broker, mechanism="br")
                 agents.append(ServiceThread(AgentService(cfg, source=RefitColumnSource(h, dev), clock=clock)))
         assert rec.wait_for(lambda: len(rec.on("rase/v1/aggregates/t/")) >= 10, timeout_s=90)
         if during is not None:
@@ -193,11 +195,12 @@ def test_two_fogs_for_two_regions_merge_per_t_at_one_fusion_center(mosquitto, ta
     kafka = {"bootstrap_servers": tansu.bootstrap, "idempotent": False, "group_id": "two-fogs"}
     fusion_cfg = FusionConfig.load(None, name="two-fogs", regions=["r1", "r2"], merge_deadline_s=80.0,
                                    store_path=tmp_path / "fusion.sqlite", windows_w=[4], broker=broker,
-                                   source="kafka", kafka=kafka, precision={"epoch0": epoch0, "period_s": 8.0})
+                                   source="kafka", kafka=kafka, precision={"epoch0": epoch0, "period_s": 8.0,
+                                                                             "mechanism": "br"})
     fogs = [ServiceThread(FogService(FogConfig.load(
         None, name=f"fog-{region}", regions={region: {"refit_houses": [house]}}, period_s=8.0, epoch0=epoch0,
         k_min=5, lateness_periods=LATENESS, journal_path=tmp_path / f"fog-{region}.sqlite", broker=broker,
-        sink="kafka", kafka=kafka), clock=clock)) for region, house in (("r1", 1), ("r2", 2))]
+        sink="kafka", kafka=kafka, device_mechanism="br"), clock=clock)) for region, house in (("r1", 1), ("r2", 2))]
     rec = Recorder(mosquitto.port, ["rase/v1/aggregates/t/#", "rase/v1/reports/#"], persistent=False)
     fusion = ServiceThread(FusionService(fusion_cfg, clock=clock))
     agents = []
@@ -205,7 +208,7 @@ def test_two_fogs_for_two_regions_merge_per_t_at_one_fusion_center(mosquitto, ta
         for region, h in zip(("r1", "r2"), houses):
             for dev in h.device_ids():
                 cfg = AgentConfig.load(None, device=dev, region=region, eps=1.0, period_s=8.0, epoch0=epoch0,
-                                       ledger_path=tmp_path / f"{dev}.json", broker=broker)
+                                       ledger_path=tmp_path / f"{dev}.json", broker=broker, mechanism="br")
                 agents.append(ServiceThread(AgentService(cfg, source=RefitColumnSource(h, dev), clock=clock)))
         assert rec.wait_for(lambda: sum(Aggregate.model_validate_json(m.payload).complete
                                         for m in rec.on("rase/v1/aggregates/t/")) >= 8, timeout_s=90)

@@ -176,6 +176,7 @@ def test_forged_reports_and_control_never_stop_the_fog_process(own_mosquitto, tm
     mport = free_port()
     cfg = tmp_path / "fog.toml"
     cfg.write_text(f'name = "poison"\nperiod_s = 1.0\nepoch0 = 0.0\nlateness_periods = 30\nk_min = 10\n'
+                   'device_mechanism = "br"\n'
                    f'journal_path = "{tmp_path / "fog.sqlite"}"\nmetrics_port = {mport}\n'
                    f'[broker]\nport = {own_mosquitto.port}\n[regions.r1]\ndevices = {json.dumps(devices)}\n')
     publish_retained(own_mosquitto.port, "rase/v1/control/precision",

@@ -42,7 +42,7 @@ def msg(**changes):
     (msg(x_max=float("inf")), "x_max"),
     (msg(period_s=0.001), "period_s"),                       # 8000x faster reports: budget burnt
     (msg(x_max=1e6, gamma=0.1, eps_levels=[0.01]), "range"),
-    (msg(x_max=1e5, gamma=0.01, eps_levels=[0.01]), "noise scale too large"),   # the sampler refuses
+    (msg(x_max=1e5, gamma=0.01, eps_levels=[0.01], mechanism="br"), "noise scale too large"),   # BR's sampler refuses
     (msg(x_min=-5.0), "range"),
     (msg(gamma=1e-4), "gamma"),
     (msg(mechanism="laplace-float"), "mechanism"),
@@ -84,7 +84,7 @@ def test_a_calibration_the_sampler_refuses_is_rejected_and_charges_nothing(tmp_p
     core = make_core(tmp_path, eps=0.01, x_max_ceiling=1e7)   # a policy that lets the range through
     left = core.ledger.remaining(1_700_000_000.0)
     with pytest.raises(ValueError, match="noise scale too large"):
-        core.apply_control(msg(x_max=1e6, gamma=0.1, eps_levels=[0.01]))
+        core.apply_control(msg(x_max=1e6, gamma=0.1, eps_levels=[0.01], mechanism="br"))
     assert core.status == "control_rejected"
     for k in range(5):
         core.step(10.0, 1_700_000_000.0 + 8 * k)

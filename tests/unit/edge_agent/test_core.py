@@ -61,7 +61,7 @@ def control(**kw):
 
 def test_control_recalibrates(tmp_path):
     core = make_core(tmp_path, eps=1.0)
-    core.apply_control(control())
+    core.apply_control(control(mechanism="br"))
     assert core.eps() == 0.5            # largest menu level <= the device's eps
     rep = Report.model_validate_json(core.step(3000.0, 0.0))
     assert rep.eps == 0.5 and 0 <= rep.y <= 2000 and rep.y % 2 == 0

@@ -12,6 +12,7 @@ from edge_agent.core import AgentCore
 from edge_agent.duchi import DuchiRandomizer
 from edge_agent.entropy import RandomBits
 from edge_agent.ledger import BudgetLedger
+from edge_agent.mechanisms import DEFAULT_MECHANISM
 from edge_agent.piecewise import HybridRandomizer, PiecewiseRandomizer
 from edge_agent.randomizer import BudgetRandomizer, Calibration
 from rase_common.protocol.report import Report
@@ -33,12 +34,13 @@ def control(**kw):
     return json.dumps(msg).encode()
 
 
-def test_default_is_br_and_absent_field_means_br(tmp_path):
+def test_default_is_the_default_mechanism_and_absent_field_means_it(tmp_path):
     core = make_core(tmp_path)
-    assert core.mechanism == "br" and isinstance(core.randomizer, BudgetRandomizer)
-    assert wire.parse_control(control())["mechanism"] == "br"
+    assert core.mechanism == DEFAULT_MECHANISM == "duchi" and isinstance(core.randomizer, DuchiRandomizer)
+    assert wire.parse_control(control())["mechanism"] == DEFAULT_MECHANISM
+    core.apply_control(control(mechanism="br"))
     core.apply_control(control())
-    assert isinstance(core.randomizer, BudgetRandomizer)
+    assert isinstance(core.randomizer, DuchiRandomizer)
 
 
 @pytest.mark.parametrize("name,cls", [("duchi", DuchiRandomizer), ("piecewise", PiecewiseRandomizer),
@@ -73,7 +75,7 @@ def test_unknown_mechanism_in_the_constructor_is_an_error(tmp_path):
 def test_fusion_control_round_trips_to_the_device():
     pc = ControlMessage(mechanism="hybrid", x_max=500.0)
     assert wire.parse_control(pc.model_dump_json())["mechanism"] == "hybrid"
-    assert ControlMessage().mechanism == "br"
+    assert ControlMessage().mechanism == DEFAULT_MECHANISM
     with pytest.raises(ValueError, match="mechanism"):
         ControlMessage(mechanism="pm")
 
@@ -84,6 +86,6 @@ def test_agent_config_sets_the_board_mechanism(tmp_path):
     assert d["mechanism"] == "piecewise"
     d["ledger_path"] = str(tmp_path / "board.json")
     assert isinstance(build_core(d).randomizer, PiecewiseRandomizer)
-    assert AgentConfig(device="d1").mechanism == "br"
+    assert AgentConfig(device="d1").mechanism == DEFAULT_MECHANISM
     with pytest.raises(ValueError, match="mechanism"):
         AgentConfig(device="d1", mechanism="nope")

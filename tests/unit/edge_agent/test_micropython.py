@@ -94,7 +94,7 @@ from edge_agent.randomizer import Calibration
 core = AgentCore('h1a1', 'r1', 1.0, BudgetLedger('/l.json', 100.0, 86400), Calibration(),
                  period_s=8, epoch0=0, bits=RandomBits(read=%s))
 core.apply_control(json.dumps({'v': 1, 'beta': 0.5, 'rho': 0.9, 'x_min': 0, 'x_max': 2000,
-                               'gamma': 2, 'period_s': 8, 'eps_levels': [0.5]}))
+                               'gamma': 2, 'period_s': 8, 'eps_levels': [0.5], 'mechanism': 'br'}))
 for i in range(5):
     core.step(1500.0, 8.0 * i)
 while len(core.outbox):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from fog_shuffler.ingest import REASONS, Accepted, IngestRules, Rejected, validate
 
 RULES = IngestRules(devices={"d1": "r1", "d2": "r1", "x9": "r2"}, eps_levels=(0.5, 1.0), x_min=0.0,
-                    x_max=4000.0, lateness_periods=1)
+                    x_max=4000.0, lateness_periods=1, mechanism="br")
 TOPIC = "rase/v1/reports/r1/d1"
 
 
@@ -24,7 +24,7 @@ def reason(topic, payload, now_t=100):
 
 
 def test_accepts_a_good_report():
-    assert validate(TOPIC, good(), 100, RULES) == Accepted("r1", "d1", 100, 12.0, 1.0)
+    assert validate(TOPIC, good(), 100, RULES) == Accepted("r1", "d1", 100, 12.0, 1.0, "br")
 
 
 @pytest.mark.parametrize("topic,payload,expected", [

@@ -9,7 +9,8 @@ from rase_common.protocol.control import ControlMessage
 
 
 def window(region, t, values, eps=1.0):
-    return WindowMessage.uniform(region, t, values, eps)
+    """A window of BR reports (the paper's mechanism; clamped below eps_star)."""
+    return WindowMessage.uniform(region, t, values, eps, kind="br")
 
 
 def test_t_closes_when_all_known_regions_arrived():
@@ -29,7 +30,7 @@ def test_t_closes_at_the_deadline_without_a_missing_region():
 
 
 def test_aggregate_merges_regions_and_flags_clamping():
-    p = ControlMessage(x_min=0, x_max=4000)           # eps_star 4.605: eps 1 is clamped
+    p = ControlMessage(x_min=0, x_max=4000, mechanism="br")   # eps_star 4.605: eps 1 is clamped
     ws = [window("r1", 7, [0.0, 4000.0, 100.0, 200.0]), window("r2", 7, [300.0, 4000.0])]
     agg, est = aggregate(7, ws, p, {"r1", "r2", "r3"}, rng=np.random.default_rng(0))
     assert agg.n == 6 and agg.regions == ["r1", "r2"] and not agg.complete
@@ -40,7 +41,7 @@ def test_aggregate_merges_regions_and_flags_clamping():
 
 
 def test_windowed_in_aggregate_uses_history():
-    p = ControlMessage()
+    p = ControlMessage(mechanism="br")
     hist = {}
     for t in (1, 2, 4):
         agg, est = aggregate(t, [window("r1", t, [float(t * 100)] * 3)], p, {"r1"}, history=hist,
@@ -71,7 +72,7 @@ def test_aggregate_estimates_each_kind_as_what_it_is():
     deployment's kind is estimated and the other counted; when the deployment's
     kind is absent, the kind most reports have is."""
     binary = WindowMessage.uniform("r1", 9, [1.0, 0.0] * 10, kind="binary")
-    br = WindowMessage.uniform("r2", 9, [100.0] * 12)
+    br = WindowMessage.uniform("r2", 9, [100.0] * 12, kind="br")
     agg, est = aggregate(9, [binary, br], ControlMessage(mechanism="binary"), {"r1", "r2"},
                          rng=np.random.default_rng(0))
     assert agg.mechanism == "binary" and agg.n == 20 and agg.other_kind_reports == 12
@@ -89,7 +90,7 @@ def test_windowed_averages_never_mix_kinds_of_report():
     from fusion_center.merge import history_key
 
     hist = {}
-    p_br, p_bin = ControlMessage(), ControlMessage(mechanism="binary")
+    p_br, p_bin = ControlMessage(mechanism="br"), ControlMessage(mechanism="binary")
     for t in (1, 2):
         agg, est = aggregate(t, [window("r1", t, [1000.0] * 12)], p_br, {"r1"}, history=hist, windows_w=(4,),
                              rng=np.random.default_rng(t))
@@ -98,3 +99,24 @@ def test_windowed_averages_never_mix_kinds_of_report():
     agg, _ = aggregate(3, [WindowMessage.uniform("r1", 3, [1.0] * 12, kind="binary")], p_bin, {"r1"},
                        history=hist, windows_w=(4,), rng=np.random.default_rng(3))
     assert agg.windowed["4"]["mean"].present == 1          # only t = 3: the BR means are not shares
+
+
+def test_each_mechanism_publishes_only_what_estimates_something():
+    """Duchi, Piecewise and Hybrid publish `mean` alone (no median of +-C, no
+    sample-variance interval); BR adds the paper's se and mle (a median, said
+    so) and its bootstrap from 100 reports of a level. Every estimate names
+    its interval method."""
+    from rase_common.mechanisms import Setting, mechanism
+
+    rng = np.random.default_rng(1)
+    x = np.r_[np.zeros(110), 150.0, 2500.0, 20.0, 20.0, 3000.0, 7.0, 7.0, 7.0, 7.0, 7.0]
+    for name in ("duchi", "piecewise", "hybrid", "br"):
+        y = mechanism(name).sample(Setting(), 1.0, x, rng)
+        for n, bs in ((120, True), (45, False)):
+            w = WindowMessage.uniform("r1", 3, [float(v) for v in y[:n]], 1.0, kind=name)
+            agg, est = aggregate(3, [w], ControlMessage(mechanism=name), {"r1"}, bootstrap_b=50, rng=rng)
+            expected = {"mean"} if name != "br" else {"mean", "se", "mle"} | ({"bs"} if bs else set())
+            assert set(agg.estimates) == expected, (name, n)
+            assert all(e.method for e in agg.estimates.values())
+            assert set(agg.what) >= expected
+    assert "MEDIAN" in agg.what["mle"] and agg.estimates["mean"].method == "score-variance-bound"

@@ -96,3 +96,15 @@ def test_the_sampler_check_sees_a_wrong_eps():
     r = m.randomizer(SETTING, RandomBits(read=XorShiftBytes(17)))
     dev = np.array([r.randomize(float(v), 2.0)[0] for v in x])
     assert _two_sample_p(dev, m.sample(SETTING, 2.5, x, np.random.default_rng(17))) < 1e-6
+
+
+def test_every_device_randomizer_module_is_in_the_device_core_and_the_manifest():
+    """A new mechanism's device module must reach the boards: flash.DEVICE_CORE
+    and manifest.py list the device core (a forgotten one fails here)."""
+    from pathlib import Path
+
+    from edge_agent.flash import DEVICE_CORE
+
+    manifest = (Path(device.__file__).parent / "manifest.py").read_text()
+    for _, module, _, _ in device.RANDOMIZERS:
+        assert f"{module}.py" in DEVICE_CORE and f'"{module}.py"' in manifest, module
