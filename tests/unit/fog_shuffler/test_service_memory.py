@@ -23,7 +23,7 @@ def report(t: int, i: int, eps: float = 1.0) -> str:
 
 class Harness:
     def __init__(self, tmp_path, **cfg):
-        self.cfg = FogConfig.load(None, name="mem", regions={"r1": {"devices": DEVICES}}, period_s=8.0, k_min=5,
+        self.cfg = FogConfig.load(None, name="mem", device_mechanism="br", regions={"r1": {"devices": DEVICES}}, period_s=8.0, k_min=5,
                                   lateness_periods=1, journal_path=tmp_path / "fog.sqlite", **cfg)
         self.clock = ManualClock(0.0)
         self.source = MemorySource()
@@ -59,7 +59,7 @@ def run(harness: Harness, scenario) -> None:
 
 
 def control(**fields) -> str:
-    return ControlMessage(**fields).model_dump_json()
+    return ControlMessage(**{"mechanism": "br", **fields}).model_dump_json()
 
 
 def test_reports_are_journaled_acked_closed_and_forwarded(tmp_path):
