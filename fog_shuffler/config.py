@@ -87,6 +87,16 @@ class ShufflerConfig(BaseModel):
                              mode=self.shuffle_mode, buds_batch_size=self.buds_batch_size)
 
 
+class DetectionConfig(BaseModel):
+    """Attacker detection (fog_shuffler.detection): each device's reports are
+    tested against what an honest device could send for any reading in the
+    range; a device that fails is quarantined until `rase fog release`."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool = True
+    # The chance an honest device is quarantined on a given day (sets the test's threshold).
+    false_alarm_per_device_day: float = Field(1e-6, gt=0, le=0.01)
+
+
 class FogConfig(TomlSettings):
     model_config = SettingsConfigDict(env_prefix="RASE_FOG_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
@@ -115,6 +125,7 @@ class FogConfig(TomlSettings):
     outbox_max_windows: int = Field(1000, ge=1)
     broker: BrokerConfig = BrokerConfig()
     shuffler: ShufflerConfig = ShufflerConfig()
+    detection: DetectionConfig = DetectionConfig()
     privacy_delta: float = Field(1e-6, gt=0, lt=0.01)   # delta of the per-window amplification statement
     sink: Literal["mqtt", "kafka"] = "mqtt"   # where windows go: rase/v1/windows/{region} or Kafka
     kafka: KafkaConfig = KafkaConfig()

@@ -43,6 +43,9 @@ class FogMetrics:
                                           "will not arrive", registry=r)
         self.config_drift = Gauge("rase_fog_config_drift", "1 where the fog's own config disagrees with the "
                                   "control message it follows, by field", ["field"], registry=r)
+        self.devices_quarantined = Gauge("rase_fog_devices_quarantined", "Devices whose reports the plausibility "
+                                         "test found impossible for every reading in the range: their reports are "
+                                         "rejected (quarantined_device) until an operator releases them", registry=r)
         for field in PROTOCOL_FIELDS:
             self.config_drift.labels(field).set(0)
         for reason in REASONS + ("internal", "control_invalid"):

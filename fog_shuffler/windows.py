@@ -113,6 +113,11 @@ class WindowManager:
                             w.duplicates, dropped, suppressed=len(kept) < self.k_min,
                             mechanisms=[r[3] for r in kept])
 
+    def drop_device(self, device: str) -> int:
+        """Take a device's reports out of every open window (it was just
+        quarantined); returns how many were taken out."""
+        return sum(w.reports.pop(device, None) is not None for w in self.open.values())
+
     def forget_before(self, t_min: int) -> None:
         """Drop closed markers older than any t ingest still accepts."""
         self.closed = {k for k in self.closed if k[1] >= t_min}
