@@ -71,8 +71,9 @@ class ShufflerConfig(BaseModel):
     group_size: int | None = Field(9, ge=1)
     # "rs" (RASE's RS), "dsigma" (Meehan Alg. 1 alone), "buds" (BUDS's
     # iterative shuffling: batches of about buds_batch_size over sigma_0, each
-    # shuffled uniformly; the window states the amplification of its smallest batch).
-    shuffle_mode: Literal["rs", "dsigma", "buds"] = "rs"
+    # shuffled uniformly; the window states the amplification of its smallest batch),
+    # "uniform" (every window uniformly: amplification by shuffling, no group-level order).
+    shuffle_mode: Literal["rs", "dsigma", "buds", "uniform"] = "rs"
     buds_batch_size: int = Field(32, ge=2)
 
     @model_validator(mode="after")
@@ -95,6 +96,16 @@ class DetectionConfig(BaseModel):
     enabled: bool = True
     # The chance an honest device is quarantined on a given day (sets the test's threshold).
     false_alarm_per_device_day: float = Field(1e-6, gt=0, le=0.01)
+
+
+class FogCentralTarget(BaseModel):
+    """This fog must deliver a central (eps, delta) by amplification (the fusion
+    center's [central_target]): only a uniform shuffle amplifies, so the fog
+    refuses to start otherwise. Whether a window met it (its n and eps) is
+    stated in the window and checked by the fusion center."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    eps: float = Field(gt=0, le=20)
+    delta: float = Field(1e-6, gt=0, lt=0.01)
 
 
 class FogConfig(TomlSettings):
@@ -126,6 +137,7 @@ class FogConfig(TomlSettings):
     broker: BrokerConfig = BrokerConfig()
     shuffler: ShufflerConfig = ShufflerConfig()
     detection: DetectionConfig = DetectionConfig()
+    central_target: FogCentralTarget | None = None
     privacy_delta: float = Field(1e-6, gt=0, lt=0.01)   # delta of the per-window amplification statement
     sink: Literal["mqtt", "kafka"] = "mqtt"   # where windows go: rase/v1/windows/{region} or Kafka
     kafka: KafkaConfig = KafkaConfig()
@@ -173,6 +185,14 @@ class FogConfig(TomlSettings):
         if self.shuffler.shuffle_mode == "buds" and self.shuffler.buds_batch_size < 2 * self.k_min:
             raise ValueError(f"shuffler.buds_batch_size must be >= 2 x k_min = {2 * self.k_min} (a batch can be "
                              f"half the batch size), got {self.shuffler.buds_batch_size}")
+        return self
+
+    @model_validator(mode="after")
+    def _central_target(self) -> "FogConfig":
+        if self.central_target is not None and self.shuffler.shuffle_mode != "uniform":
+            raise ValueError(f"central_target: this fog cannot deliver a central eps with shuffler.shuffle_mode = "
+                             f"\"{self.shuffler.shuffle_mode}\" (Mallows windows carry d_sigma privacy, not "
+                             f"amplification by shuffling); set shuffle_mode = \"uniform\"")
         return self
 
     @model_validator(mode="after")

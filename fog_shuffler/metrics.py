@@ -65,7 +65,8 @@ class FogMetrics:
         return {"windows_forwarded": sum(by_mech.values()), **by_mech,
                 "windows_suppressed": int(v("windows_suppressed")),
                 "rejected": int(sum(v("reports_rejected", reason=r) for r in REASONS)),
-                "late": int(v("reports_late")), "accepted": int(v("reports_accepted"))}
+                "late": int(v("reports_late")), "accepted": int(v("reports_accepted")),
+                "devices_quarantined": int(self.registry.get_sample_value("rase_fog_devices_quarantined") or 0)}
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -90,7 +90,61 @@ def cmd_fog(args: argparse.Namespace) -> int:
     from fog_shuffler.config import FogConfig
     from fog_shuffler.service import FogService
 
+    if getattr(args, "fog_action", None) == "release":
+        return cmd_fog_release(args)
+    if getattr(args, "fog_action", None) == "quarantined":
+        return cmd_fog_quarantined(args)
+    if args.config is None:
+        print("rase fog: --config is required", file=sys.stderr)
+        return 2
     return _run_until_interrupted(FogService(FogConfig.load(args.config)).run())
+
+
+def cmd_fog_release(args: argparse.Namespace) -> int:
+    """Ask the fog (running or not) to let quarantined devices in again: the
+    request goes into its journal, which the running fog reads every tick."""
+    import time
+
+    from fog_shuffler.config import FogConfig
+    from fog_shuffler.journal import release_pending, request_release
+
+    path = FogConfig.load(args.config).journal_path
+    try:
+        asked = [d for d in args.device if request_release(path, d, time.time())]
+    except FileNotFoundError as err:
+        print(f"rase fog release: {err}", file=sys.stderr)
+        return 1
+    for d in sorted(set(args.device) - set(asked)):
+        print(f"rase fog release: device {d} is not quarantined in {path}", file=sys.stderr)
+    deadline = time.monotonic() + args.wait
+    while any(release_pending(path, d) for d in asked) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for d in asked:
+        if release_pending(path, d):
+            print(f"release of {d} recorded in {path}; no running fog took it within {args.wait:g} s: "
+                  "the fog applies it when it next starts")
+        else:
+            print(f"released {d}: the fog lets its reports into windows again, with fresh statistics")
+    return 0 if len(asked) == len(set(args.device)) else 1
+
+
+def cmd_fog_quarantined(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from fog_shuffler.config import FogConfig
+    from fog_shuffler.journal import quarantined_in
+
+    path = FogConfig.load(args.config).journal_path
+    try:
+        rows = quarantined_in(path)
+    except FileNotFoundError as err:
+        print(f"rase fog quarantined: {err}", file=sys.stderr)
+        return 1
+    for device, t, since, test in rows:
+        when = datetime.fromtimestamp(since, timezone.utc).isoformat(timespec="seconds")
+        print(f"{device}  quarantined at t={t} ({when}): {test} test")
+    print(f"{len(rows)} device(s) quarantined", file=sys.stderr)
+    return 0
 
 
 def cmd_fusion(args: argparse.Namespace) -> int:
@@ -216,6 +270,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.mechanism != "binary":
             print("rase replay: --central-eps applies to --mechanism binary", file=sys.stderr)
             return 2
+        if args.shuffle != "uniform":
+            print(f"rase replay: --central-eps needs --shuffle uniform: --shuffle {args.shuffle} windows are not "
+                  "uniformly shuffled (Mallows or BUDS batches), so they cannot deliver the central eps",
+                  file=sys.stderr)
+            return 2
         from fusion_center.counts import rr_flip_for_central
         n_dev = sum(len(h.device_ids()) for h in houses) * args.clone
         choice = rr_flip_for_central(args.central_eps, 1e-6, n_dev)
@@ -226,7 +285,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                         period_s=args.period, clone=args.clone, broker_url=args.broker,
                         speedup=None if args.fast or args.speedup is None else args.speedup,
                         device_mechanism=args.mechanism, on_above=args.on_above, bands=bands,
-                        shuffle_mode=args.shuffle,
+                        shuffle_mode=args.shuffle, central_eps=args.central_eps,
                         work_dir=Path(args.out).parent / (Path(args.out).stem + ".state"))
     try:
         result = _run_tool(run_pipeline(spec))
@@ -237,6 +296,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"replayed {result.params['timestamps']} timestamps of {result.params['devices']} devices: "
           f"{result.reports} reports, {len(result.aggregates)} aggregates -> {args.out} "
           f"({result.elapsed_s:.1f} s)")
+    print(f"fog: {result.fog.get('devices_quarantined', 0)} device(s) quarantined by the plausibility test, "
+          f"{result.fog['rejected']} reports rejected")
     from rase_common.privacy import privacy_over_time
     for line in privacy_over_time(args.eps, args.period, args.hours).lines():
         print(line.replace("privacy over", "each simulated device's privacy over", 1))
@@ -475,9 +536,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "else fetched from the package index)")
     f.set_defaults(func=cmd_flash)
 
-    fg = sub.add_parser("fog", help="run the fog shuffler")
-    fg.add_argument("--config", required=True, type=Path)
+    fg = sub.add_parser("fog", help="run the fog shuffler; `rase fog release` lets a quarantined device in again",
+                        description="Run the fog shuffler (`rase fog --config FILE`), or act on its quarantine of "
+                                    "devices whose reports fail the plausibility test (docs/privacy.md).")
+    fg.add_argument("--config", type=Path, help="the fog's TOML config")
     fg.set_defaults(func=cmd_fog)
+    fga = fg.add_subparsers(dest="fog_action")
+    rel = fga.add_parser("release", help="let quarantined devices' reports into windows again (a running fog "
+                         "applies it within a tick)")
+    rel.add_argument("--config", required=True, type=Path, help="the fog's TOML config (its journal_path)")
+    rel.add_argument("device", nargs="+", help="device id(s), as in the fog's quarantine log line")
+    rel.add_argument("--wait", type=float, default=5.0, help="seconds to wait for a running fog to apply it "
+                     "(default %(default)s)")
+    qu = fga.add_parser("quarantined", help="list the devices the fog holds in quarantine")
+    qu.add_argument("--config", required=True, type=Path, help="the fog's TOML config (its journal_path)")
 
     fu = sub.add_parser("fusion", help="run the fusion center")
     fu.add_argument("--config", required=True, type=Path)
@@ -529,14 +601,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--mechanism", default="br", choices=list(MECHANISMS),
                    help="the devices' randomizer, broadcast in the control message (default: the paper's BR); "
                         "binary: on/off counts, categorical: load-band frequencies")
-    r.add_argument("--shuffle", default="rs", choices=["rs", "dsigma", "buds"],
-                   help="the fog's shuffle: RASE's RS (default), d_sigma alone, or BUDS batches")
+    r.add_argument("--shuffle", default="rs", choices=["rs", "dsigma", "buds", "uniform"],
+                   help="the fog's shuffle: RASE's RS (default), d_sigma alone, BUDS batches, or uniform (the one "
+                        "that amplifies: needed by --central-eps)")
     r.add_argument("--on-above", type=float, default=DEFAULT_ON_ABOVE, help="binary: on above this many W")
     r.add_argument("--bands", default=",".join(f"{b:g}" for b in DEFAULT_BANDS),
                    help="categorical: band edges in W, e.g. 10,100,1000")
     r.add_argument("--central-eps", type=float,
                    help="binary: pick each report's eps so the shuffled window is (this eps, 1e-6)-DP "
-                        "(numerical FMT bound at n = the number of devices); overrides --eps")
+                        "(numerical FMT bound at n = the number of devices); overrides --eps; needs --shuffle uniform")
     r.add_argument("--out", required=True, help="JSON lines: parameters, then one line per timestamp")
     r.set_defaults(func=cmd_replay)
 
