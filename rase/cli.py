@@ -340,6 +340,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             return _eval_utility(args, data, out)
         if args.what == "counts":
             return _eval_counts(args, data, out)
+        if args.what == "poison":
+            return _eval_poison(args, data, out)
         return _eval_attack(args, data, out)
     except RefitFormatError as err:
         print(f"rase eval: {err}", file=sys.stderr)
@@ -420,6 +422,26 @@ def _eval_counts(args: argparse.Namespace, data: Path, out: Path) -> int:
     (out / "counts.json").write_text(json.dumps({k: ({str(e): v for e, v in t.items()} if isinstance(t, dict) else t)
                                                  for k, t in res.items()}, indent=1))
     print(f"written: {out / 'counts.json'}")
+    return 0
+
+
+def _eval_poison(args: argparse.Namespace, data: Path, out: Path) -> int:
+    import json
+
+    from simulators.poison import as_json, format_rows, run_poison
+
+    eps = float(args.eps_attack)
+    mechanisms = [m for m in args.mechanisms.split(",") if m]
+    fractions = [float(f) for f in args.fractions.split(",")]
+    rows = run_poison(data, args.houses, eps=eps, hours=args.hours, clone=args.clone, fractions=fractions,
+                      mechanisms=mechanisms, seed=args.seed,
+                      progress=lambda r: print(f"  {r.mechanism} {r.attackers}/{r.devices} {r.behaviour} done",
+                                               file=sys.stderr))
+    print(f"poisoning: m of n = {rows[0].devices} devices ({len(args.houses)} houses x {args.clone} clones), "
+          f"eps {eps:g}, {args.hours:g} h; shift of `mean` (W) against the same run with honest attackers")
+    print(format_rows(rows))
+    (out / "poison.json").write_text(json.dumps(as_json(rows), indent=1))
+    print(f"written: {out / 'poison.json'}")
     return 0
 
 
@@ -626,7 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(func=cmd_calibrate)
 
     ev = sub.add_parser("eval", help="the paper's utility and re-identification evaluation")
-    ev.add_argument("what", choices=["utility", "attack", "counts"])
+    ev.add_argument("what", choices=["utility", "attack", "counts", "poison"])
     ev.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
     ev.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12])
     ev.add_argument("--hours", type=float, default=24.0)
@@ -647,6 +669,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--alphas", help="attack: sweep these alphas, e.g. 30,10,3,1 (RS and d_sigma)")
     ev.add_argument("--group-sizes", help="attack: sweep these RS group sizes, e.g. 9,18,45")
     ev.add_argument("--jitter", type=float, default=0.5, help="attack: arrival jitter (s) without a shuffler")
+    ev.add_argument("--mechanisms", default="br,duchi,piecewise,hybrid", help="poison: device mechanisms")
+    ev.add_argument("--fractions", default="0.01,0.05", help="poison: shares of the devices that attack")
     ev.set_defaults(func=cmd_eval)
 
     ac = sub.add_parser("acl", help="print the Mosquitto ACL for the devices of a fog config")
