@@ -44,3 +44,28 @@ def test_the_table_prints(rows):
     text = format_rows(list(rows.values()))
     assert "largest output" in text and "honest devices quarantined: duchi 0" in text
     assert np.isfinite(rows["largest output"].ci_shift_before).all()
+
+
+@pytest.mark.parametrize("kind", ["br", "duchi", "piecewise", "hybrid"])
+def test_a_day_of_the_bundled_houses_quarantines_no_honest_device(kind):
+    """The real readings of the 45 bundled devices for 24 h (10,800 reports
+    each) through the fog's ingest check and detector at the real
+    false-positive rate: no device is quarantined, and the largest CUSUM
+    stays well below the threshold."""
+    from fog_shuffler.detection import Detector
+    from rase_common.mechanisms import Setting
+    from simulators.evaluation import readings_matrix
+    from simulators.pipeline import fleet
+    from simulators.poison import Fleet
+    from simulators.refit import epoch0_of, load_house
+
+    hs = [load_house(bundled_dir(), h) for h in (1, 2, 3, 5, 12)]
+    x = readings_matrix(fleet(hs, 1, 3600.0), epoch0_of(hs, 8.0), 8.0, 0, 10_800)
+    fl = Fleet(kind, x, 1.0, Setting(), np.random.default_rng(17), 8.0)
+    assert fl.accepted.sum() == (~np.isnan(x)).sum()          # every honest report passes the ingest check
+    det = Detector(period_s=8.0, setting=Setting())
+    for i in range(x.shape[0]):
+        for t in np.flatnonzero(fl.accepted[i]):
+            assert det.observe(f"d{i}", float(fl.reports[i, t]), 1.0, kind, int(t), day=0) is None
+    det.commit()
+    assert max(max(s.cusum) for s in det.states.values()) < det.threshold_for(kind, 1.0) / 2
