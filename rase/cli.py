@@ -306,26 +306,48 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from fusion_center.config import FusionConfig
-    from simulators.calibrate import calibrate, format_result, write_x_max
+    from simulators.calibrate import (calibrate, consensus, coverage_check, format_repeats, format_result,
+                                      write_x_max)
     from simulators.refit import RefitFormatError, bundled_dir
 
     data = Path(args.data) if args.data else bundled_dir()
     eps_cal = args.calibration_eps or args.eps
+    if args.repeats < 1:
+        print("rase calibrate: --repeats must be >= 1", file=sys.stderr)
+        return 2
     try:
-        result = calibrate(data, args.houses, eps=args.eps, eps_calibration=eps_cal, periods=args.periods,
-                           start_t=int(args.start_hour * 3600 // args.period), clone=args.clone,
-                           period_s=args.period)
+        runs = []
+        for i in range(args.repeats):
+            runs.append(calibrate(data, args.houses, eps=args.eps, eps_calibration=eps_cal, periods=args.periods,
+                                  start_t=int(args.start_hour * 3600 // args.period), clone=args.clone,
+                                  period_s=args.period, span_hours=args.span_hours, mechanism_name=args.mechanism))
+            if args.repeats > 1:
+                print(f"  calibration {i + 1}/{args.repeats}: x_max {runs[-1].chosen.x_max:g}", file=sys.stderr)
     except (RefitFormatError, OSError, ValueError) as err:
         print(f"rase calibrate: {err}", file=sys.stderr)
         return 2
+    result = runs[0]
     print(format_result(result, args.eps))
+    x_max, bound = result.chosen.x_max, result.chosen.bias_bound
+    if len(runs) > 1:
+        x_max, bound = consensus([(r.chosen.x_max, r.chosen.bias_bound) for r in runs])
+        print(format_repeats([(r.chosen.x_max, r.chosen.bias_bound) for r in runs]))
+        print(f"chosen: x_max {x_max:g} W (the most frequent), bias bound {bound:.1f} W (the largest of its runs)")
     print(f"each device spent eps {result.eps_calibration * args.periods:.4g} on this calibration "
           f"({args.periods} report(s) at eps {result.eps_calibration:.4g})")
+    if args.check_hours > 0:
+        cov = coverage_check(data, args.houses, eps=args.eps, x_max=x_max, bias_bound=bound, hours=args.check_hours,
+                             clone=args.clone, period_s=args.period, mechanism_name=args.mechanism)
+        print(f"check over {cov.timestamps} timestamps of the recorded readings at x_max {x_max:g} "
+              f"({args.mechanism}, eps {args.eps:g}): mean's 95% interval covers the clipped mean {cov.clipped:.3f}, "
+              f"the true mean {cov.true:.3f}, the true mean once widened by B = {bound:.1f} W {cov.widened:.3f} "
+              f"(clipping bias {cov.clip_bias:.1f} W on average, {cov.worst_clip_bias:.1f} W at worst)")
     if args.write:
-        write_x_max(args.write, result.chosen.x_max)
+        write_x_max(args.write, x_max, bound)
         FusionConfig.load(args.write)  # the edited file must still load
-        print(f"wrote x_max = {result.chosen.x_max:g} into [precision] of {args.write}; "
-              "the fusion center broadcasts it when it sees the change")
+        print(f"wrote x_max = {x_max:g} into [precision] and bias_bound_w = {bound:.1f} into [clipping] of "
+              f"{args.write}; the fusion center broadcasts the range when it sees the change, and widens every "
+              "aggregate's mean interval by the bound")
     return 0
 
 
@@ -640,7 +662,16 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12], help="e.g. 1,2,3 (default: all bundled)")
     ca.add_argument("--eps", type=float, default=1.0, help="the deployment's eps per report (for the noise)")
     ca.add_argument("--calibration-eps", type=float, help="eps of each histogram report (default: --eps)")
-    ca.add_argument("--periods", type=int, default=1, help="histogram reports per device (each costs its eps)")
+    ca.add_argument("--periods", type=int, default=48, help="histogram reports per device, spread over "
+                    "--span-hours (each costs its eps; default %(default)s)")
+    ca.add_argument("--span-hours", type=float, default=24.0, help="hours the reports are spread over "
+                    "(default %(default)s)")
+    ca.add_argument("--mechanism", default="br", choices=["br", "duchi", "piecewise", "hybrid"],
+                    help="the deployment's mean mechanism, whose noise the range is weighed against")
+    ca.add_argument("--repeats", type=int, default=1, help="run the calibration this many times (simulation): "
+                    "prints the spread of the choice and writes the most frequent one")
+    ca.add_argument("--check-hours", type=float, default=3.0, help="simulate the deployment at the chosen range "
+                    "over this many hours of the recorded readings and print mean's coverage (0: skip)")
     ca.add_argument("--start-hour", type=float, default=0.0, help="hours after the first row")
     ca.add_argument("--clone", type=int, default=1, help="copies of each device, shifted by an hour each")
     ca.add_argument("--period", type=float, default=8.0, help="period_s")
