@@ -9,8 +9,8 @@ spread of the mean estimate with n reports. Pure; numpy only.
 
 The choice must be reproducible and its bias honest, so it is made on a
 bound, not on the point estimate: for each c, an upper confidence bound B(c)
-on how far clipping at c lowers the mean, from the unbiased (unclipped)
-frequency estimates, each bucket's readings counted at its upper edge (the
+on how far clipping at c lowers the mean, from the frequency estimates
+(negative ones as 0), each bucket's readings counted at its upper edge (the
 most a reading there can lose), plus z standard errors (z = 2.33: one-sided
 99%). The chosen c minimises sqrt(B(c)^2 + noise_sd(c)^2), and B(c) is what
 the fusion center adds to mean's interval ([clipping] bias_bound_w) so the
@@ -55,13 +55,14 @@ class RangeCandidate:
 
 def clip_bias_bound(edges: Sequence[float], freqs: Sequence[float], freq_variances: Sequence[float] | None,
                     x_max: float, z: float = BOUND_Z) -> float:
-    """B(x_max) = max(0, sum_b f_b (hi_b - x_max)^+ + z se): each bucket at its
-    upper edge, from unbiased shares f_b (negative ones kept: clipping them
-    would bias the sum), se from their variances (covariances left out: for
-    kRR they are negative, so this overstates se)."""
+    """B(x_max) = sum_b max(0, f_b) (hi_b - x_max)^+ + z se: each bucket at its
+    upper edge; negative debiased shares count as 0 (that only raises the
+    bound: a histogram's noise can never argue the clipping away), se from
+    the shares' variances (covariances left out: for kRR they are negative,
+    so this overstates se)."""
     e = np.asarray(edges, dtype=float)
     excess = np.maximum(0.0, e[1:] - x_max)
-    est = float(np.dot(np.asarray(freqs, dtype=float), excess))
+    est = float(np.dot(np.maximum(np.asarray(freqs, dtype=float), 0.0), excess))
     se = 0.0 if freq_variances is None else float(np.sqrt(np.dot(excess ** 2, np.asarray(freq_variances, float))))
     return max(0.0, est + z * se)
 

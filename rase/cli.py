@@ -311,7 +311,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from simulators.refit import RefitFormatError, bundled_dir
 
     data = Path(args.data) if args.data else bundled_dir()
-    eps_cal = args.calibration_eps or args.eps
+    eps_cal = args.calibration_eps
     if args.repeats < 1:
         print("rase calibrate: --repeats must be >= 1", file=sys.stderr)
         return 2
@@ -357,6 +357,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     data = Path(args.data) if args.data else bundled_dir()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # Poison's defaults: an hour of n = 990 devices (1% and 5% are whole devices); the others': a day of 45.
+    hours, clone = (1.0, 22) if args.what == "poison" else (24.0, 1)
+    args.hours = hours if args.hours is None else args.hours
+    args.clone = clone if args.clone is None else args.clone
     try:
         if args.what == "utility":
             return _eval_utility(args, data, out)
@@ -661,7 +665,9 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
     ca.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12], help="e.g. 1,2,3 (default: all bundled)")
     ca.add_argument("--eps", type=float, default=1.0, help="the deployment's eps per report (for the noise)")
-    ca.add_argument("--calibration-eps", type=float, help="eps of each histogram report (default: --eps)")
+    ca.add_argument("--calibration-eps", type=float, default=4.0,
+                    help="eps of each histogram report (default %(default)s: at eps 1 or 2 the choice is mostly "
+                         "noise, see docs/evaluation.md)")
     ca.add_argument("--periods", type=int, default=48, help="histogram reports per device, spread over "
                     "--span-hours (each costs its eps; default %(default)s)")
     ca.add_argument("--span-hours", type=float, default=24.0, help="hours the reports are spread over "
@@ -682,15 +688,16 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("what", choices=["utility", "attack", "counts", "poison"])
     ev.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
     ev.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12])
-    ev.add_argument("--hours", type=float, default=24.0)
+    ev.add_argument("--hours", type=float, default=None, help="default 24 (poison: 1)")
     ev.add_argument("--seed", type=int, default=None, help="reproducible noise (evaluation only)")
     ev.add_argument("--out", default="out/eval")
     ev.add_argument("--eps", default="0.1,0.5,1,2,5,9", help="utility, counts: eps values to sweep")
     ev.add_argument("--windows", type=int, nargs="+", default=[64], help="utility: windowed w")
     ev.add_argument("--bootstrap-b", type=int, default=1000)
-    ev.add_argument("--clone", type=int, default=1, help="utility: copies of each device (n = 45 x clone)")
+    ev.add_argument("--clone", type=int, default=None,
+                    help="utility, poison: copies of each device (n = 45 x clone; default 1, poison: 22)")
     ev.add_argument("--replay", nargs="+", help="utility, counts: score these `rase replay` outputs instead")
-    ev.add_argument("--eps-attack", type=float, default=1.0, help="attack: eps per report")
+    ev.add_argument("--eps-attack", type=float, default=1.0, help="attack, poison: eps per report")
     ev.add_argument("--alpha", type=float, default=2.0,
                     help="attack: shuffle privacy alpha (default: the fog's; the papers' setting is 30)")
     ev.add_argument("--delta-max-factor", type=float, default=20.0,

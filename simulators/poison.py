@@ -66,12 +66,18 @@ class PoisonRow:
 
 
 def largest_output(kind: str, setting: Setting, eps: float) -> float:
-    """The largest report the fog's ingest check accepts for the mechanism at eps."""
+    """The largest report the fog's ingest check accepts for the mechanism at
+    eps (binary: 1; categorical: band 0, or with OUE every band's bit set)."""
     cal = setting.calibration
+    m = mechanism(kind)
     if kind == "br":
-        sup = mechanism("br").support(setting, eps)
+        sup = m.support(setting, eps)
         return cal.x_max if is_clamped(cal, eps) else sup.value(sup.hi)
-    return float(max(mechanism(kind).device_values(cal, eps)))
+    if kind in ("binary", "categorical"):
+        top = m.support(setting, eps).top - 1
+        return float(top if kind == "binary" or top >= setting.categories else 0)
+    support = m.support(setting, eps)
+    return float(max(v for v in m.device_values(cal, eps) if support.reason(float(v)) is None))
 
 
 def _attack_reports(kind: str, behaviour: str, setting: Setting, eps: float, shape: tuple[int, int],

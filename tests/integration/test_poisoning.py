@@ -7,7 +7,7 @@ rejected (quarantined_device), and `rase fog release` lets it in again while
 the fog runs. Nothing that leaves the fog names a device. An aggregate read
 from the broker with `mosquitto_sub` shows its wall-clock time and privacy
 unit. Then a replay of the bundled houses with detection on quarantines no
-honest device. (About 60 s.)"""
+honest device. (About 30 s.)"""
 
 import json
 import shutil

@@ -10,23 +10,15 @@ import pytest
 
 from fog_shuffler.detection import SECONDS_PER_DAY, Detector, DeviceState, plan_for, threshold
 from rase_common.mechanisms import Setting, mechanism
-from rase_common.mechanisms.br import is_clamped
+from simulators import poison
 
 SETTING = Setting()
 FIFTEEN_MINUTES = 15 * 60 // 8      # reports at period 8 s
 
 
-def largest_output(kind: str, eps: float, setting: Setting = SETTING) -> float:
-    """The largest report the fog's ingest accepts for this mechanism."""
-    cal = setting.calibration
-    if kind == "br":
-        sup = mechanism("br").support(setting, eps)
-        return cal.x_max if is_clamped(cal, eps) else sup.value(sup.hi)
-    if kind == "binary":
-        return 1.0
-    if kind == "categorical":
-        return 0.0
-    return float(max(mechanism(kind).device_values(cal, eps)))
+def largest_output(kind: str, eps: float) -> float:
+    """The largest report the fog's ingest check accepts (simulators.poison)."""
+    return poison.largest_output(kind, SETTING, eps)
 
 
 def reports_to_quarantine(kind: str, eps: float, ys, period_s: float = 8.0) -> int | None:

@@ -64,8 +64,8 @@ def test_clip_bias_bound_counts_each_bucket_at_its_upper_edge_plus_z_se():
     se = math.sqrt(850 ** 2 * 1e-4 + 1850 ** 2 * 4e-4)
     assert clip_bias_bound(edges, freqs, var, 150.0) == pytest.approx(est + 2.326 * se)
     assert clip_bias_bound(edges, freqs, None, 2000.0) == 0.0
-    # Unbiased shares may be negative (noise): the bound keeps them, and never goes below 0.
-    assert clip_bias_bound(edges, [1.2, -0.1, -0.1], None, 150.0) == 0.0
+    # Debiased shares may be negative (noise): they count as 0, so noise never argues the clipping away.
+    assert clip_bias_bound(edges, [1.2, -0.1, 0.05], None, 150.0) == pytest.approx(0.05 * 1850)
 
 
 def test_the_choice_minimises_the_bound_and_breaks_near_ties_towards_the_wider_range():

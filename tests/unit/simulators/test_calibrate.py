@@ -53,7 +53,8 @@ def test_cli_prints_the_tradeoff_and_writes_the_choice(tmp_path, capsys):
     out = capsys.readouterr().out
     chosen = float(next(line for line in out.splitlines() if "<- chosen" in line).split()[0])
     assert FusionConfig.load(cfg).precision.x_max == chosen
-    assert "each device spent eps 3" in out
+    assert "each device spent eps 12" in out                    # 3 reports at the default calibration eps 4
+    assert FusionConfig.load(cfg).clipping is not None and "check over" in out
 
 
 def test_reports_are_spread_over_the_span():
