@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field, replace
+from array import array
+from dataclasses import dataclass, field
 
 from rase_common.mechanisms import Setting, mechanism
 from rase_common.mechanisms.plausibility import PlausibilityTest
@@ -140,13 +141,12 @@ class DeviceState:
     cusum: list[float] = field(default_factory=list)
 
     def as_row(self, device: str) -> tuple:
-        return (device, self.kind, self.day, self.reports, self.total, ",".join(repr(w) for w in self.cusum))
+        return (device, self.kind, self.day, self.reports, self.total, array("d", self.cusum).tobytes())
 
     @classmethod
     def from_row(cls, row: tuple) -> tuple[str, "DeviceState"]:
         device, kind, day, reports, total, cusum = row
-        return device, cls(kind, int(day), int(reports), float(total),
-                           [float(w) for w in cusum.split(",")] if cusum else [])
+        return device, cls(kind, int(day), int(reports), float(total), array("d", bytes(cusum or b"")).tolist())
 
 
 @dataclass(frozen=True)
@@ -186,22 +186,30 @@ class Detector:
         self.quarantined: dict[str, int] = dict(quarantined or {})    # device -> t it was quarantined at
         self._staged: dict[str, DeviceState] = {}
         self._newly: dict[str, int] = {}
+        self._plans: dict[tuple[str, float], tuple[Plan, float]] = {}
 
     # -- configuration -------------------------------------------------------------
     def configure(self, *, period_s: float, setting: Setting) -> None:
         """The protocol changed (period, range, grid): new laws and threshold from now on."""
         threshold(1, period_s, self.false_alarm)
         self.period_s, self.setting = period_s, setting
+        self._plans = {}
 
     def day_of(self, t: int, epoch0: float = 0.0) -> int:
         """The UTC day of timestamp t."""
         return int((epoch0 + t * self.period_s) // SECONDS_PER_DAY)
 
-    def plan(self, kind: str, eps: float) -> Plan:
-        return plan_for(kind, float(eps), self.setting)
+    def plan(self, kind: str, eps: float) -> tuple[Plan, float]:
+        """The CUSUMs for this kind and eps, and their threshold h."""
+        key = (kind, eps)
+        got = self._plans.get(key)
+        if got is None:
+            plan = plan_for(kind, float(eps), self.setting)
+            got = self._plans[key] = (plan, threshold(len(plan.cusums), self.period_s, self.false_alarm))
+        return got
 
     def threshold_for(self, kind: str, eps: float) -> float:
-        return threshold(len(self.plan(kind, eps).cusums), self.period_s, self.false_alarm)
+        return self.plan(kind, eps)[1]
 
     # -- the test ---------------------------------------------------------------------
     def is_quarantined(self, device: str) -> bool:
@@ -211,18 +219,16 @@ class Detector:
         """Fold one accepted report in; an Alarm when it quarantines the device."""
         if self.is_quarantined(device):
             return None
-        plan = self.plan(kind, eps)
+        plan, h = self.plan(kind, eps)
         state = self._state(device, kind, day, len(plan.cusums))
         state.reports += 1
         state.total += plan.value(y)
-        h = threshold(len(plan.cusums), self.period_s, self.false_alarm)
-        worst = None
+        w = state.cusum
         for i, inc in enumerate(plan.increments(y)):
-            state.cusum[i] = max(0.0, state.cusum[i] + inc)
-            if state.cusum[i] >= h and (worst is None or state.cusum[i] > state.cusum[worst]):
-                worst = i
-        if worst is None:
+            w[i] = max(0.0, w[i] + inc)
+        if max(w) < h:
             return None
+        worst = max(range(len(w)), key=w.__getitem__)
         self._newly[device] = t
         c = plan.cusums[worst]
         mean = state.total / state.reports if plan.tests[0].debiased is not None else None
@@ -232,7 +238,8 @@ class Detector:
         state = self._staged.get(device)
         if state is None:
             old = self.states.get(device)
-            state = self._staged[device] = replace(old, cusum=list(old.cusum)) if old else DeviceState(kind, day)
+            state = self._staged[device] = (DeviceState(old.kind, old.day, old.reports, old.total, list(old.cusum))
+                                             if old else DeviceState(kind, day))
         if state.kind != kind or state.day != day or len(state.cusum) != slots:
             # A new day, or another kind of report: the statistics restart (never adds alarms).
             state.kind, state.day, state.reports, state.total, state.cusum = kind, day, 0, 0.0, [0.0] * slots

@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS closed (region TEXT, t INTEGER, PRIMARY KEY (region, 
 # by the operator's command while the fog runs; the fog applies them).
 DETECTION_SCHEMA = """
 CREATE TABLE IF NOT EXISTS detector (device TEXT PRIMARY KEY, kind TEXT, day INTEGER, reports INTEGER, total REAL,
-                                     cusum TEXT);
+                                     cusum BLOB);
 CREATE TABLE IF NOT EXISTS quarantined_devices (device TEXT PRIMARY KEY, t INTEGER, since REAL, test TEXT);
 CREATE TABLE IF NOT EXISTS release_requests (device TEXT PRIMARY KEY, requested REAL);
 """

@@ -408,7 +408,10 @@ class FogService(Service):
             raise Rejected("quarantined_device", "the device failed the plausibility test")
 
     def _observe(self, rep: Accepted) -> None:
-        if self.detector is None:
+        p = self.protocol
+        if self.detector is None or (p.changed_at_t is not None and rep.t <= p.changed_at_t + p.grace):
+            # Around a control change a report may be made under the previous parameters
+            # (another range or mechanism): it is not scored against the new ones.
             return
         day = self.detector.day_of(rep.t, self.protocol.current.epoch0)
         alarm = self.detector.observe(rep.device, rep.y, rep.eps, rep.mechanism, rep.t, day)

@@ -157,3 +157,33 @@ def test_detection_off(tmp_path):
     assert drv.service.detector is None
     assert drv.metric("rase_fog_devices_quarantined") == 0
     assert drv.metric("rase_fog_reports_rejected_total", reason="quarantined_device") == 0
+
+
+def test_a_range_change_never_quarantines_reports_made_under_the_old_range(tmp_path):
+    """The control message shrinks the range from 4,000 to 300 W. Reports
+    made under the old range arrive for a few periods (the fog accepts them
+    by the previous parameters); scored against the new range, Duchi's old
+    +C would be 20 ranges above x_max. They are not scored, and nobody is
+    quarantined."""
+    from rase_common.protocol.control import ControlMessage
+
+    cfg = config(tmp_path)
+
+    async def run():
+        clock = ManualClock(0.0)
+        async with Driver(cfg, clock) as drv:
+            for t in range(3):
+                await drv.period(t, drv.low)
+            new = ControlMessage(mechanism="duchi", eps_levels=[1.0], x_max=300.0, period_s=PERIOD)
+            drv.source.put("rase/v1/control/precision", new.model_dump_json())
+            await drv.period(3, drv.top)            # the old range's +C, from every device
+            for d in HONEST:
+                drv.source.put(f"rase/v1/reports/r1/{d}", json.dumps({"v": 1, "t": 3, "y": drv.top, "eps": 1.0,
+                                                                       "seq": 3}))
+            await drv.period(4, drv.top)
+            return drv
+
+    drv = asyncio.run(run())
+    assert drv.metric("rase_fog_reports_rejected_total", reason="impossible_y") == 0
+    assert drv.metric("rase_fog_devices_quarantined") == 0
+    assert drv.service.protocol.current.x_max == 300.0
