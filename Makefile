@@ -16,11 +16,13 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# Debian packages the tests use: a real Mosquitto, and docker-compose (only
-# to validate docker-compose.yml offline; no Docker engine is needed).
+# Debian packages the tests use: a real Mosquitto and its clients (mosquitto_sub
+# reads an aggregate as any subscriber would), and docker-compose (only to
+# validate docker-compose.yml offline; no Docker engine is needed).
 mosquitto:
 	@missing=""; \
 	{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } || missing="$$missing mosquitto"; \
+	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing with apt"; \
