@@ -159,11 +159,12 @@ class Alarm:
     threshold: float
     reports_today: int
     mean_today: float | None   # of its debiased reports today (mean mechanisms, reading units)
+    false_alarm: float = FALSE_ALARM_PER_DEVICE_DAY
 
     def line(self) -> str:
         return (f"fog quarantined device {self.device} at t={self.t}: its reports fail the {self.test} test "
                 f"(CUSUM {self.statistic:.1f} >= {self.threshold:.1f}; false-positive rate <= "
-                f"{FALSE_ALARM_PER_DEVICE_DAY:g} per honest device-day) after {self.reports_today} reports today"
+                f"{self.false_alarm:g} per honest device-day) after {self.reports_today} reports today"
                 + ("" if self.mean_today is None else f" averaging {self.mean_today:,.6g} debiased")
                 + "; its reports no longer enter windows; "
                 f"release with `rase fog release --config ... {self.device}`")
@@ -232,7 +233,8 @@ class Detector:
         self._newly[device] = t
         c = plan.cusums[worst]
         mean = state.total / state.reports if plan.tests[0].debiased is not None else None
-        return Alarm(device, t, f"{plan.tests[c.test].name} ({c.target})", state.cusum[worst], h, state.reports, mean)
+        return Alarm(device, t, f"{plan.tests[c.test].name} ({c.target})", state.cusum[worst], h, state.reports, mean,
+                     self.false_alarm)
 
     def _state(self, device: str, kind: str, day: int, slots: int) -> DeviceState:
         state = self._staged.get(device)
