@@ -1,5 +1,12 @@
-# The RASE services (fog, fusion, agents, replay) in one image.
-FROM python:3.11-slim
+# The RASE services (fog, fusion, agents, replay, acl) in one image.
+# RASE_EXTRAS picks the optional dependencies: "deploy" (the default: every
+# service's runtime, Kafka included) or "deploy,eval" to add what `rase demo`
+# and `rase eval` need for their plots and models:
+#   docker build --build-arg RASE_EXTRAS=deploy,eval -t rase:0.1.0-eval .
+# tests/integration/test_compose_services.py builds a venv with this file's
+# own pip command and starts each compose service's command from it.
+FROM python:3.11.10-slim-bookworm
+ARG RASE_EXTRAS=deploy
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY edge_agent edge_agent
@@ -9,5 +16,11 @@ COPY simulators simulators
 COPY rase_common rase_common
 COPY rase rase
 COPY configs configs
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[${RASE_EXTRAS}]"
+# The services' state (fog journal, fusion store) lives on a volume, written
+# by an unprivileged user.
+RUN useradd --system --uid 10001 --home-dir /var/lib/rase rase && mkdir -p /var/lib/rase \
+    && chown rase /var/lib/rase
+USER rase
+VOLUME ["/var/lib/rase"]
 ENTRYPOINT ["rase"]

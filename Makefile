@@ -6,7 +6,7 @@ MPY_PKG := @micropython/micropython-webassembly-pyscript@1.27.0
 MPY_DIR := .tools/micropython
 MPY_MJS := $(MPY_DIR)/node_modules/@micropython/micropython-webassembly-pyscript/micropython.mjs
 
-.PHONY: demo test venv deps-test mosquitto observe-tools dashboard micropython umqtt stubs bench clean
+.PHONY: demo test unit venv deps-test mosquitto observe-tools dashboard micropython umqtt stubs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,13 +16,15 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# Debian packages the tests use: a real Mosquitto and its clients (mosquitto_sub
-# reads an aggregate as any subscriber would), and docker-compose (only to
-# validate docker-compose.yml offline; no Docker engine is needed).
+# Debian packages the tests use: a real Mosquitto, its command-line clients
+# (the compose healthcheck runs mosquitto_sub), docker-compose (only to
+# validate docker-compose.yml offline; no Docker engine is needed), and
+# dnsmasq (a real DNS server for the boards' own lookups).
 mosquitto:
 	@missing=""; \
 	{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } || missing="$$missing mosquitto"; \
 	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
+	{ command -v dnsmasq >/dev/null 2>&1 || test -x /usr/sbin/dnsmasq; } || missing="$$missing dnsmasq-base"; \
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing with apt"; \
@@ -93,7 +95,12 @@ deps-test: venv mosquitto observe-tools dashboard micropython umqtt stubs
 # pytest exits 5 when it ran no test; that must fail the build, and it does
 # because make fails on any non-zero exit.
 test: deps-test
-	$(PY) -m pytest $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest $(PYTEST_ARGS)
+
+# The fast loop: tests that need no broker, no node and no download (a few
+# hundred examples per property test). The venv must exist (make venv).
+unit: venv
+	$(PY) -m pytest -q -m "not integration and not micropython" tests/unit $(PYTEST_ARGS)
 
 demo: venv
 	$(VENV)/bin/rase demo

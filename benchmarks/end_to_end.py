@@ -40,96 +40,10 @@ import paho.mqtt.client as mqtt  # noqa: E402
 
 from edge_agent import wire  # noqa: E402
 from simulators.brokers import Mosquitto, free_port, wait_port  # noqa: E402
+from simulators.loadgen import publish_all  # noqa: E402
 
 PERIOD_S = 1.0
 LATENESS = 100_000          # windows close only when all their devices reported
-INFLIGHT = 4000            # unacknowledged PUBLISHes per load generator
-CHUNK = 200               # PUBLISHes per socket write
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        n, digit = n >> 7, n & 0x7F
-        out.append(digit | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _mqtt_str(s: bytes) -> bytes:
-    return len(s).to_bytes(2, "big") + s
-
-
-def _publish_packet(topic: str, payload: str, mid: int) -> bytes:
-    """An MQTT 3.1.1 PUBLISH, QoS 1 (fixed header 0x32)."""
-    body = _mqtt_str(topic.encode()) + mid.to_bytes(2, "big") + payload.encode()
-    return b"\x32" + _varint(len(body)) + body
-
-
-def _publish_all(port: int, cid: str, messages: list[tuple[str, str]], start_at: float) -> None:
-    """A load generator, not a device: MQTT 3.1.1 over a plain socket, every
-    PUBLISH (QoS 1) encoded before the start, sent in large writes, with at
-    most INFLIGHT unacknowledged; returns when the broker has acked them all.
-    A paho publisher spends ~50 us of Python per message, so three of them
-    could not load Mosquitto beyond ~8,000 msg/s on two cores; this one leaves
-    the cores to the broker and the services under test."""
-    packets = [_publish_packet(t, p, 1 + i % 65535) for i, (t, p) in enumerate(messages)]
-    chunks = [b"".join(packets[i:i + CHUNK]) for i in range(0, len(packets), CHUNK)]
-    sizes = [min(CHUNK, len(packets) - i) for i in range(0, len(packets), CHUNK)]
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    # Level 4 (3.1.1), clean session, keepalive 3600 s: it publishes without
-    # pause, so it never sends PINGREQ and only PUBACKs come back. (Keepalive 0
-    # is refused by Mosquitto >= 2.0.12 under its default max_keepalive.)
-    var = _mqtt_str(b"MQTT") + bytes([4, 0x02]) + (3600).to_bytes(2, "big")
-    body = var + _mqtt_str(cid.encode())
-    sock.settimeout(30)
-    sock.sendall(b"\x10" + _varint(len(body)) + body)
-    connack = b""
-    while len(connack) < 4:
-        part = sock.recv(4 - len(connack))
-        if not part:
-            break
-        connack += part
-    if connack != b"\x20\x02\x00\x00":
-        raise RuntimeError(f"the broker refused the load generator's CONNECT: {connack!r}")
-    sock.settimeout(None)
-    acks = [0]
-    cond = threading.Condition()
-
-    def read_acks() -> None:    # nothing but PUBACKs (4 bytes each) comes back: no subscriptions, no PINGREQ
-        got = 0
-        try:
-            while got < 4 * len(packets):
-                data = sock.recv(65536)
-                if not data:
-                    return
-                got += len(data)
-                with cond:
-                    acks[0] = got // 4
-                    cond.notify()
-        finally:
-            with cond:
-                acks.append("done")      # wakes a sender waiting for acks that will not come
-                cond.notify()
-
-    reader = threading.Thread(target=read_acks, daemon=True)
-    reader.start()
-    while time.time() < start_at:
-        time.sleep(0.001)
-    sent = 0
-    for chunk, k in zip(chunks, sizes):
-        with cond:
-            if not cond.wait_for(lambda: sent + k - acks[0] <= INFLIGHT or len(acks) > 1, timeout=60) \
-                    or len(acks) > 1:
-                raise RuntimeError(f"the broker stopped acknowledging ({acks[0]} of {sent} acked)")
-        sock.sendall(chunk)
-        sent += k
-    reader.join(120)
-    if acks[0] < len(packets):
-        raise RuntimeError(f"only {acks[0]} of {len(packets)} PUBLISHes were acknowledged")
-    sock.sendall(b"\xe0\x00")     # DISCONNECT
-    sock.close()
 
 
 def _device(region: str, i: int) -> str:
@@ -188,7 +102,7 @@ class Subscriber:
 
 def _run_publishers(port: int, per_proc: list[list[tuple[str, str]]]) -> float:
     start_at = time.time() + 1.0
-    procs = [mp.Process(target=_publish_all, args=(port, f"bench-pub-{i}-{os.getpid()}", msgs, start_at))
+    procs = [mp.Process(target=publish_all, args=(port, f"bench-pub-{i}-{os.getpid()}", msgs, start_at))
              for i, msgs in enumerate(per_proc)]
     for p in procs:
         p.start()

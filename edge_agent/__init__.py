@@ -1,7 +1,8 @@
-"""RASE edge agent: budget-aware randomizer BR that runs on sensors.
+"""RASE edge agent: the device side of the pipeline.
 
-The device core (entropy, dlaplace, randomizer, binary_rr, categorical, ledger, wire, outbox, core,
-umqtt_transport, board) imports only what MicroPython has. CPython-only
-modules (config, schema, paho_transport, service, sources, flash) sit beside it.
-Nothing is imported here so that a board loads only the modules it uses.
+The device core imports only what MicroPython has; `edge_agent.flash.DEVICE_CORE`
+lists its modules (and `manifest.py` the same files), and tests/unit/test_layering.py
+checks it. CPython-only modules (config, paho_transport, service, sources,
+flash, board_deps) sit beside it. Nothing is imported here, so that a board
+loads only the modules it uses.
 """

@@ -9,10 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from edge_agent import wire
-from edge_agent.policy import KNOWN_MECHANISMS, LocalPolicy
 from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
 from edge_agent.randomizer import Calibration
 from rase_common.mqtt import BrokerConfig
+from rase_common.protocol.control import ControlPolicy
 from rase_common.settings import TomlSettings
 
 
@@ -58,33 +58,6 @@ class SourceConfig(BaseModel):
         return self
 
 
-class PolicyConfig(BaseModel):
-    """The device's local policy over the control message (edge_agent.policy):
-    a control message outside these bounds is ignored whole. eps is bounded by
-    the device's own `eps` (it never uses a menu level above it)."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    period_min_s: float | None = Field(None, gt=0)   # default: the device's own period_s
-    x_min_floor: float = -1e9
-    x_max_ceiling: float = 1e9
-    gamma_min: float = Field(1e-6, gt=0)
-    gamma_max: float = Field(1e9, gt=0)
-    mechanisms: list[str] = list(KNOWN_MECHANISMS)
-
-    def resolved(self, period_s: float) -> dict:
-        d = self.model_dump()
-        d["period_min_s"] = self.period_min_s or period_s
-        return d
-
-    def build(self, period_s: float) -> LocalPolicy:
-        # One set of rules: the device core's own constructor.
-        return LocalPolicy.from_dict(self.resolved(period_s), period_s)
-
-    @model_validator(mode="after")
-    def _valid(self) -> "PolicyConfig":
-        self.build(self.period_min_s or 1.0)
-        return self
-
-
 class BoardConfig(BaseModel):
     """What only a flashed board needs (edge_agent/board.py): network, time,
     safety nets and console output. Written into /rase_config.json."""
@@ -99,11 +72,17 @@ class BoardConfig(BaseModel):
     watchdog_s: float = Field(0.0, ge=0, le=8388)   # machine.WDT timeout; 0 = off (ESP32 caps ~8388 s)
     reset_after_failures: int = Field(0, ge=0)     # machine.reset() after this many link failures; 0 = never
     status_every_reports: int = Field(100, ge=0)   # console status line; 0 = never
+    # The bound on one blocking socket step (connect, TLS, CONNACK, PUBACK);
+    # the board also keeps it under a third of watchdog_s and half a period.
+    link_timeout_s: float = Field(5.0, gt=0, le=60)
+    # The DNS server the board asks (bounded by link_timeout_s); default: the one DHCP gave Wi-Fi.
+    dns_server: str | None = Field(None, pattern=r"^\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?$")
 
     @model_validator(mode="after")
     def _watchdog_outlasts_a_blocking_call(self) -> "BoardConfig":
-        # The loop feeds the watchdog between calls; a socket read may block
-        # 10 s and a Wi-Fi join wifi_timeout_s, fed every 0.25 s.
+        # The loop feeds the watchdog before every socket step (each bounded
+        # by link_timeout_s, at most watchdog_s / 3) and every 0.25 s of a
+        # Wi-Fi join; 15 s leaves room for a slow sensor read and a flash write.
         if self.watchdog_s and self.watchdog_s < 15:
             raise ValueError(f"board.watchdog_s must be 0 (off) or >= 15 s, got {self.watchdog_s}")
         return self
@@ -133,7 +112,7 @@ class AgentConfig(TomlSettings):
     mechanism: str = DEFAULT_MECHANISM
     broker: BrokerConfig = BrokerConfig()
     source: SourceConfig | None = None     # required to run (edge_agent.sources); boards read `sensor.py`
-    policy: PolicyConfig = PolicyConfig()
+    policy: ControlPolicy = ControlPolicy()
     board: BoardConfig = BoardConfig()
 
     @field_validator("mechanism")
@@ -152,7 +131,7 @@ class AgentConfig(TomlSettings):
             "device": self.device, "region": self.region, "eps": self.eps,
             "budget_eps": self.budget_eps, "budget_period_s": self.budget_period_s,
             "period_s": self.period_s, "epoch0": self.epoch0,
-            "ledger_path": "/rase_ledger.json", "outbox_capacity": min(self.outbox_capacity, 64),
+            "ledger_path": "rase_ledger.json",   # beside main.py, in the board's root folder "outbox_capacity": min(self.outbox_capacity, 64),
             "ledger_reserve_reports": self.board_ledger_reserve_reports,
             "calibration": self.calibration.model_dump(), "mechanism": self.mechanism,
             "broker": {"host": self.broker.host, "port": self.broker.port, "user": self.broker.username,

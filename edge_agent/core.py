@@ -10,6 +10,7 @@ from edge_agent.mechanisms import DEFAULT_MECHANISM, make_randomizer
 from edge_agent.report_kind import DEFAULT_ON_ABOVE
 from edge_agent.policy import LocalPolicy
 from edge_agent.randomizer import EPS_UNITS, Calibration
+from edge_agent.schedule import Schedule, from_control
 
 
 def check_sampler(randomizer, eps):
@@ -34,8 +35,7 @@ class AgentCore:
         self.eps_max = eps
         self.eps_levels = [eps]
         self.ledger = ledger
-        self.period_s = period_s
-        self.epoch0 = epoch0
+        self.schedule = Schedule(period_s, epoch0)
         self.mechanism = mechanism
         self.randomizer = make_randomizer(mechanism, calibration, bits, on_above, bands)
         self.outbox = Outbox(outbox_capacity)
@@ -61,8 +61,16 @@ class AgentCore:
     def status_payload(self):
         return wire.encode_status(self.status, self.privacy_spent())
 
+    @property
+    def period_s(self):
+        return self.schedule.period_s
+
+    @property
+    def epoch0(self):
+        return self.schedule.epoch0
+
     def logical_t(self, now):
-        return int((now - self.epoch0) // self.period_s)
+        return self.schedule.t_of(now)
 
     def eps(self):
         """The menu level used: the largest one not above this device's eps."""
@@ -96,6 +104,9 @@ class AgentCore:
             self._set_status("ledger_unreadable")
             return None
         if not self.ledger.try_spend(eps, now):
+            if self.ledger.unwritable:  # the reservation is not on flash: no report may use it
+                self._set_status("ledger_unwritable")
+                return None
             self.skipped_budget += 1
             self._set_status("budget_exhausted")
             return None
@@ -115,6 +126,7 @@ class AgentCore:
         try:
             msg = wire.parse_control(payload)
             self.policy.check(msg)
+            schedule = from_control(msg, self.schedule)
             cal = Calibration(beta=msg["beta"], rho=msg["rho"], x_min=msg["x_min"],
                               x_max=msg["x_max"], gamma=msg["gamma"])
             randomizer = make_randomizer(msg["mechanism"], cal, self.randomizer.bits, msg["on_above"], msg["bands"])
@@ -129,9 +141,8 @@ class AgentCore:
             raise
         self.randomizer = randomizer
         self.mechanism = msg["mechanism"]
-        self.period_s = msg["period_s"]
-        if "epoch0" in msg:
-            self.epoch0 = msg["epoch0"]
+        # A new schedule continues t from since_t (edge_agent.schedule): no t is skipped.
+        self.schedule = schedule
         self.eps_levels = levels
         self.last_rejection = None
         self._set_status("online" if self.eps() is not None else "no_eps_level")

@@ -9,10 +9,15 @@
 # losing at most one unused block on a reboot. A clock that goes backwards
 # never reopens an earlier period.
 #
-# Fail closed: a missing ledger is a new device, but a ledger that exists and
-# cannot be read (corrupt, empty, torn) counts the current period as spent;
-# the device resumes at the next period. Writes are atomic (write a .tmp,
-# fsync where the port has it, rename).
+# Fail closed, both ways:
+# - a missing ledger is a new device, but a ledger that exists and cannot be
+#   read (corrupt, empty, torn) counts the current period as spent; the device
+#   resumes at the next period;
+# - a reservation counts only once it is on flash: when the write fails
+#   (full, worn or read-only flash, any OSError) nothing is charged, the
+#   report is not made, `unwritable` says so, and the next report tries the
+#   write again. No report ever uses budget that a reboot could refund.
+# Writes are atomic (write a .tmp, fsync where the port has it, rename).
 
 import json
 import os
@@ -45,6 +50,9 @@ class BudgetLedger:
         self.reserved_units = 0
         self.writes = 0
         self.unreadable = False     # the file existed and could not be read: this period is spent
+        self.unwritable = False     # the last reservation could not be written: nothing may be spent
+        self.write_errors = 0
+        self.last_write_error = None
         self._load()
 
     @staticmethod
@@ -80,10 +88,10 @@ class BudgetLedger:
         self._roll(now)
         return self.unreadable
 
-    def _save(self):
+    def _save(self, reserved_units):
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
-            f.write(json.dumps({"v": 1, "period": self.period, "spent_units": self.reserved_units}))
+            f.write(json.dumps({"v": 1, "period": self.period, "spent_units": reserved_units}))
             f.flush()
             if hasattr(os, "fsync") and hasattr(f, "fileno"):
                 os.fsync(f.fileno())
@@ -96,13 +104,27 @@ class BudgetLedger:
             os.rename(tmp, self.path)
         self.writes += 1
 
+    def _reserve(self, reserved_units):
+        """Write the reservation, then (only then) hold it in memory. Any
+        storage error leaves the old reservation and says so; True if written."""
+        try:
+            self._save(reserved_units)
+        except OSError as err:  # full, worn or read-only flash: fail closed
+            self.unwritable = True
+            self.write_errors += 1
+            self.last_write_error = "%s: %s" % (type(err).__name__, err)
+            return False
+        self.reserved_units = reserved_units
+        self.unwritable = False
+        return True
+
     def _roll(self, now):
         p = int(now // self.period_s)
         if self.unreadable and self.period == -1:
             # Fail closed: the period in which the bad ledger was found is spent.
             self.period = p
-            self.spent_units = self.reserved_units = self.budget_units
-            self._save()
+            self.spent_units = self.budget_units
+            self._reserve(self.budget_units)   # unwritten, it is still spent in memory
         elif p > self.period:
             self.period = p
             self.spent_units = 0
@@ -116,13 +138,14 @@ class BudgetLedger:
 
     def try_spend(self, eps, now):
         """Charge eps (persisting a new reservation first when the current
-        one is used up); False, nothing charged, if it would overspend."""
+        one is used up); False, nothing charged, if it would overspend or the
+        reservation could not be written (then `unwritable` is True)."""
         self._roll(now)
         cost = eps_units_ceil(eps)
         if self.spent_units + cost > self.budget_units:
             return False
         if self.spent_units + cost > self.reserved_units:
-            self.reserved_units = min(self.budget_units, self.spent_units + cost * self.reserve_reports)
-            self._save()
+            if not self._reserve(min(self.budget_units, self.spent_units + cost * self.reserve_reports)):
+                return False
         self.spent_units += cost
         return True

@@ -30,9 +30,13 @@ class PahoTransport:
         self.broker = broker
         self.max_inflight = max_inflight
         self.lock = threading.Lock()      # guards core (control messages arrive on paho's thread)
+        self._mids_lock = threading.Lock()
         self.connected = threading.Event()
         self.published = 0                # written by the caller's thread only
         self.acked = 0                    # written by paho's thread only
+        self.delivered = 0                # reports (not status messages) the broker acknowledged
+        self._kinds: dict[int, bool] = {}  # packet id -> is a report, until its PUBACK
+        self._acked_early: set[int] = set()   # PUBACKs that came before publish() returned
         self.control_errors = 0
         self.connects = 0
         self.control_applied = threading.Event()
@@ -78,6 +82,12 @@ class PahoTransport:
 
     def _on_publish(self, client, userdata, mid, reason_code, properties):  # noqa: ANN001
         self.acked += 1
+        with self._mids_lock:
+            kind = self._kinds.pop(mid, None)
+            if kind is None:
+                self._acked_early.add(mid)
+            elif kind:
+                self.delivered += 1
         if len(self.core.outbox):
             self._wake()                  # room in flight for what is queued
 
@@ -131,16 +141,22 @@ class PahoTransport:
             box = core.outbox
             while len(box) and self.inflight < self.max_inflight and self.connected.is_set():
                 topic, payload = box.pop()
-                if not self._publish(topic, payload):
+                if not self._publish(topic, payload, report=True):
                     box.push_front((topic, payload))
                     break
                 sent += 1
         return sent
 
-    def _publish(self, topic: str, payload: str, retain: bool = False) -> bool:
+    def _publish(self, topic: str, payload: str, retain: bool = False, report: bool = False) -> bool:
         info = self.client.publish(topic, payload, qos=1, retain=retain)
         if info.rc != mqtt.MQTT_ERR_SUCCESS and info.rc != mqtt.MQTT_ERR_NO_CONN:
             return False
+        with self._mids_lock:
+            if info.mid in self._acked_early:      # the PUBACK came before publish() returned
+                self._acked_early.discard(info.mid)
+                self.delivered += 1 if report else 0
+            else:
+                self._kinds[info.mid] = report
         # NO_CONN: paho keeps a QoS 1 message queued and sends it on reconnect.
         self.published += 1
         return True

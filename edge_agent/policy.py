@@ -26,7 +26,8 @@ class LocalPolicy:
     "policy" dict; missing keys take defaults derived from its own settings."""
 
     def __init__(self, period_min_s, x_min_floor=-1e9, x_max_ceiling=1e9, gamma_min=1e-6, gamma_max=1e9,
-                 mechanisms=KNOWN_MECHANISMS, max_grid_steps=MAX_GRID_STEPS):
+                 mechanisms=KNOWN_MECHANISMS, max_grid_steps=MAX_GRID_STEPS, eps_min=0.0, eps_max=1e9,
+                 period_max_s=1e9):
         if not (period_min_s > 0):
             raise ValueError("policy period_min_s must be > 0, got %r" % (period_min_s,))
         if not (x_min_floor < x_max_ceiling):
@@ -36,7 +37,14 @@ class LocalPolicy:
         for m in mechanisms:
             if m not in KNOWN_MECHANISMS:
                 raise ValueError("policy mechanism %r is not one this device knows %r" % (m, KNOWN_MECHANISMS))
+        if not (0 <= eps_min <= eps_max):
+            raise ValueError("policy needs 0 <= eps_min <= eps_max")
+        if not (period_max_s >= period_min_s):
+            raise ValueError("policy needs period_max_s >= period_min_s")
         self.period_min_s = period_min_s
+        self.period_max_s = period_max_s
+        self.eps_min = eps_min        # a device never uses a level above its own eps anyway; the fog bounds
+        self.eps_max = eps_max        # the menu it will accept reports of
         self.x_min_floor = x_min_floor
         self.x_max_ceiling = x_max_ceiling
         self.gamma_min = gamma_min
@@ -50,12 +58,19 @@ class LocalPolicy:
         return cls(period_min_s=_num(d, "period_min_s", period_s),
                    x_min_floor=_num(d, "x_min_floor", -1e9), x_max_ceiling=_num(d, "x_max_ceiling", 1e9),
                    gamma_min=_num(d, "gamma_min", 1e-6), gamma_max=_num(d, "gamma_max", 1e9),
-                   mechanisms=tuple(d.get("mechanisms", KNOWN_MECHANISMS)))
+                   mechanisms=tuple(d.get("mechanisms", KNOWN_MECHANISMS)),
+                   eps_min=_num(d, "eps_min", 0.0), eps_max=_num(d, "eps_max", 1e9),
+                   period_max_s=_num(d, "period_max_s", 1e9))
 
     def check(self, msg):
         """Raise ValueError naming the first field outside policy."""
         if msg["period_s"] < self.period_min_s:
             raise ValueError("period_s %r is below this device's minimum %r" % (msg["period_s"], self.period_min_s))
+        if msg["period_s"] > self.period_max_s:
+            raise ValueError("period_s %r is above this device's maximum %r" % (msg["period_s"], self.period_max_s))
+        for e in msg["eps_levels"]:
+            if not (self.eps_min <= e <= self.eps_max):
+                raise ValueError("eps level %r is outside this device's [%r, %r]" % (e, self.eps_min, self.eps_max))
         if msg["x_min"] < self.x_min_floor or msg["x_max"] > self.x_max_ceiling:
             raise ValueError("range [%r, %r] is outside this device's [%r, %r]"
                              % (msg["x_min"], msg["x_max"], self.x_min_floor, self.x_max_ceiling))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from pathlib import Path
 
 from edge_agent.config import AgentConfig
@@ -13,7 +15,8 @@ from edge_agent.ledger import BudgetLedger
 from edge_agent.paho_transport import PahoTransport
 from edge_agent.sources import Source, make_source
 from rase_common.clock import ScaledClock, WallClock
-from rase_common.loop import Wakeup, seconds_to_next_period
+from rase_common.loop import Wakeup, seconds_to_next_boundary
+from rase_common.service import Service
 
 log = logging.getLogger(__name__)
 
@@ -27,23 +30,68 @@ def build_core(cfg: AgentConfig, bits: RandomBits | None = None) -> AgentCore:
                      mechanism=cfg.mechanism)
 
 
-class AgentService:
-    """One agent: read the source once per period, randomize, publish."""
+class AgentService(Service):
+    """One agent: read the source once per period, randomize, publish.
+    The constructor does no I/O; run() opens the ledger, the source and the
+    broker link, and stops on SIGTERM/SIGINT (run_service), on `stop`, or
+    after max_reports delivered reports."""
+
+    name = "agent"
 
     def __init__(self, cfg: AgentConfig, *, source: Source | None = None, clock=None,
-                 pump_interval_s: float = 0.2, control_grace_s: float = 0.5, give_up_s: float = 10.0):
+                 pump_interval_s: float = 0.2, control_grace_s: float = 0.5, give_up_s: float = 10.0,
+                 max_reports: int | None = None, drain_s: float = 1.5):
         self.cfg = cfg
         self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
-        self.core = build_core(cfg)
-        self.source = source or make_source(cfg.source, self.clock.now())
+        self._source = source
+        self.source: Source | None = None
+        self.core: AgentCore | None = None
+        self.transport: PahoTransport | None = None
         self.wakeup = Wakeup()
-        self.transport = PahoTransport(self.core, cfg.broker, max_inflight=cfg.max_inflight, wakeup=self.wakeup)
         self.pump_interval_s = pump_interval_s
         self.sensor_errors = 0
         # The retained precision message arrives just after subscribing; wait
         # that long before the first reading so it is calibrated from the start.
         self.control_grace_s = control_grace_s
         self.give_up_s = give_up_s
+        self.max_reports = max_reports
+        self.drain_s = drain_s             # on stop: this long for queued reports' PUBACKs
+
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
+        self.wakeup.bind()
+        self.core = build_core(self.cfg)
+        self.source = self._source or make_source(self.cfg.source, self.clock.now())
+        self.transport = PahoTransport(self.core, self.cfg.broker, max_inflight=self.cfg.max_inflight,
+                                       wakeup=self.wakeup)
+        self.transport.start()
+        stack.push_async_callback(self._close)
+
+    def tasks(self):
+        return [self._loop()]
+
+    async def _close(self) -> None:
+        # Reports already made get a moment to be delivered (SIGTERM is not a crash).
+        deadline = time.monotonic() + self.drain_s
+        while time.monotonic() < deadline and self.transport.connected.is_set() and (
+                len(self.core.outbox) or self.transport.inflight > 0):
+            self.transport.pump()
+            await asyncio.sleep(0.02)
+        # In a worker thread: waiting for the offline status's PUBACK must not
+        # block an event loop that may be running the broker itself.
+        await asyncio.to_thread(self.transport.stop)
+        log.info("agent=%s stopped: made=%d delivered=%d outbox=%d dropped=%d budget_skips=%d", self.cfg.device,
+                 self.core.sent, self.transport.delivered, len(self.core.outbox), self.core.outbox.dropped,
+                 self.core.skipped_budget)
+
+    async def _loop(self) -> None:
+        while True:
+            self.tick()
+            self.transport.pump()
+            if self.max_reports is not None and self.core.sent >= self.max_reports and not len(self.core.outbox):
+                return
+            # No polling tick: wake at the next period, or when the transport
+            # connects, gets a PUBACK or applies a control message.
+            await self.wakeup.wait(None, self._idle_s())
 
     def tick(self) -> str | None:
         """Take one reading now (if this period has none yet) and queue it."""
@@ -62,39 +110,25 @@ class AgentService:
             if x is None:
                 return None
             try:
-                return self.core.step(x, now)
+                payload = self.core.step(x, now)
             except ValueError as err:
                 self.sensor_errors += 1
                 log.warning("agent=%s bad reading %r: %s", self.cfg.device, x, err)
                 return None
+            led = self.core.ledger
+            if payload is None and led.unwritable and (led.write_errors == 1 or led.write_errors % 100 == 0):
+                # Fail closed (edge_agent.ledger): no report until a reservation is on disk.
+                log.warning("agent=%s cannot write its ledger %s (%s, %d times): not reporting until it can",
+                            self.cfg.device, led.path, led.last_write_error, led.write_errors)
+            return payload
 
     def _idle_s(self) -> float:
         """Until the next period boundary (the next reading), or sooner while
         the agent waits for its first calibration or has reports queued."""
         core = self.core
-        wait = seconds_to_next_period(self.clock, core.epoch0, core.period_s, cap_s=core.period_s)
+        wait = seconds_to_next_boundary(self.clock, core.schedule, cap_s=core.period_s)
         if not self.transport.calibrated(self.control_grace_s, self.give_up_s):
             wait = min(wait, self.control_grace_s / 4)
         if len(core.outbox):
             wait = min(wait, self.pump_interval_s)   # e.g. offline: retry the hand-off
         return wait
-
-    async def run(self, stop: asyncio.Event | None = None, max_reports: int | None = None) -> None:
-        stop = stop or asyncio.Event()
-        self.wakeup.bind()
-        self.transport.start()
-        try:
-            while not stop.is_set():
-                self.tick()
-                self.transport.pump()
-                if max_reports is not None and self.core.sent >= max_reports and not len(self.core.outbox):
-                    break
-                # No polling tick: wake at the next period, or when the transport
-                # connects, gets a PUBACK or applies a control message.
-                await self.wakeup.wait(stop, self._idle_s())
-        finally:
-            # In a worker thread: waiting for the offline status's PUBACK must not
-            # block an event loop that may be running the broker itself.
-            await asyncio.to_thread(self.transport.stop)
-            log.info("agent=%s stopped: sent=%d outbox=%d dropped=%d budget_skips=%d", self.cfg.device,
-                     self.core.sent, len(self.core.outbox), self.core.outbox.dropped, self.core.skipped_budget)

@@ -1,15 +1,40 @@
 # MicroPython transport over umqtt.simple (micropython-lib).
 #
 # umqtt's QoS 1 publish blocks for the PUBACK but never resends and has no
-# timeout of its own, so: a socket timeout is set after connect, and a report
-# leaves the core's outbox only once publish() returned (PUBACK seen).
+# timeout of its own: the sockets it gets (edge_agent.board_net) bound every
+# blocking step, and a report leaves the core's outbox for good only once
+# publish() returned (PUBACK seen); on any failure it goes back to the front.
 #
 # umqtt fails in many ways: OSError from the socket, MQTTException for a
 # refused CONNACK or SUBACK, AssertionError/IndexError/TypeError on a broken
-# or truncated stream. Every one of them means the same thing here: drop the
-# connection, back off exponentially, reconnect. Nothing queued is lost.
+# or truncated stream, ValueError from a TLS certificate check. Every one of
+# them means the same thing here: drop the connection, keep the reason in
+# last_error, back off exponentially, reconnect. Nothing queued is lost.
 
 from edge_agent import wire
+
+
+# CONNACK return codes (MQTT 3.1.1, 3.2.2.3), for the console.
+REFUSED = {1: "unacceptable protocol version", 2: "client id rejected", 3: "server unavailable",
+           4: "bad user name or password", 5: "not authorized"}
+
+
+# Socket errors worth a word (MicroPython uses Linux errno numbers on every
+# port; -1 is umqtt's own for a connection closed by the broker).
+ERRNO = {-1: "connection closed by the broker", 103: "connection aborted", 104: "connection reset",
+         110: "timed out", 111: "connection refused", 113: "host unreachable", 12: "out of memory"}
+
+
+def describe(exc):
+    """One line for the board's console: what failed and why."""
+    name = type(exc).__name__
+    arg = exc.args[0] if exc.args else ""
+    if name == "MQTTException" and arg in REFUSED:
+        return "broker refused the connection: %s (CONNACK %d)" % (REFUSED[arg], arg)
+    if isinstance(exc, OSError) and arg in ERRNO:
+        return "OSError %d: %s" % (arg, ERRNO[arg])
+    text = " ".join(" ".join(str(a) for a in exc.args).split())   # mbedTLS messages span lines
+    return "%s: %s" % (name, text) if text else name
 
 
 def _b(s):
@@ -18,13 +43,11 @@ def _b(s):
 
 
 class UmqttTransport:
-    def __init__(self, core, make_client, backoff_min_s=1, backoff_max_s=60, socket_timeout_s=10,
-                 keepalive_s=60):
+    def __init__(self, core, make_client, backoff_min_s=1, backoff_max_s=60, keepalive_s=60):
         self.core = core
         self.make_client = make_client
         self.backoff_min_s = backoff_min_s
         self.backoff_max_s = backoff_max_s
-        self.socket_timeout_s = socket_timeout_s
         self.keepalive_s = keepalive_s
         self.client = None
         self.backoff_s = backoff_min_s
@@ -48,8 +71,6 @@ class UmqttTransport:
         c.set_last_will(_b(wire.status_topic(self.core.device)), _b(wire.encode_status("offline")), retain=True, qos=1)
         c.set_callback(self._on_message)
         c.connect()
-        if self.socket_timeout_s and getattr(c, "sock", None) is not None:
-            c.sock.settimeout(self.socket_timeout_s)
         c.subscribe(_b(wire.CONTROL_TOPIC), qos=1)
         self.core.status_changed = True
         self.last_io = now
@@ -65,7 +86,7 @@ class UmqttTransport:
             self.disconnects += 1
         self.client = None
         self.failures += 1
-        self.last_error = "%s: %s" % (type(exc).__name__, exc)
+        self.last_error = describe(exc)
         self.next_try = now + self.backoff_s
         self.backoff_s = min(self.backoff_s * 2, self.backoff_max_s)
 
@@ -77,9 +98,14 @@ class UmqttTransport:
             self.last_io = now
         box = core.outbox
         while len(box):
-            topic, payload = box.peek()
-            c.publish(_b(topic), _b(payload), qos=1)
-            box.pop()
+            # Off the queue while in flight: a reading taken meanwhile (the
+            # sockets' between() hook) may fill the queue without dropping it.
+            item = box.pop()
+            try:
+                c.publish(_b(item[0]), _b(item[1]), qos=1)
+            except Exception:
+                box.push_front(item)   # not acknowledged: sent again after the reconnect
+                raise
             self.last_io = now
         if self.keepalive_s and now - self.last_io >= self.keepalive_s / 2:
             c.ping()  # umqtt never pings by itself; an idle link would be dropped

@@ -9,7 +9,8 @@ from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 
 VERSION = 1
-STATES = ("online", "offline", "budget_exhausted", "no_eps_level", "control_rejected", "ledger_unreadable")
+STATES = ("online", "offline", "budget_exhausted", "no_eps_level", "control_rejected", "ledger_unreadable",
+          "ledger_unwritable")
 MAX_CONTROL_BYTES = 4096
 MAX_EPS_LEVELS = 16
 CONTROL_TOPIC = "rase/v1/control/precision"
@@ -64,8 +65,10 @@ def parse_control(payload):
     Keys: beta, rho, x_min, x_max, gamma, period_s, eps_levels (sorted list),
     mechanism ("br" when absent), on_above and bands (the binary and
     categorical mechanisms' public mapping of a reading; defaults when
-    absent), and epoch0 when present. Every number must be finite; range
-    checks happen in Calibration and the device's LocalPolicy.
+    absent), epoch0 when present, and since_t, previous_period_s and
+    previous_epoch0 when the schedule changes (edge_agent.schedule). Every
+    number must be finite; range checks happen in Calibration and the
+    device's LocalPolicy.
     """
     if len(payload) > MAX_CONTROL_BYTES:
         raise ValueError("control message is larger than %d bytes" % MAX_CONTROL_BYTES)
@@ -91,9 +94,29 @@ def parse_control(payload):
         raise ValueError("control field " + str(e))
     if "epoch0" in msg:
         out["epoch0"] = _finite_number("epoch0", msg["epoch0"])
+    _parse_schedule_change(msg, out)
     out["on_above"] = _finite_number("on_above", msg.get("on_above", DEFAULT_ON_ABOVE))
     try:
         out["bands"] = check_bands(msg.get("bands", DEFAULT_BANDS))
     except ValueError as e:
         raise ValueError("control field " + str(e))
     return out
+
+
+def _parse_schedule_change(msg, out):
+    """since_t, previous_period_s and previous_epoch0 come together (a change
+    of schedule, edge_agent.schedule), or not at all."""
+    keys = ("since_t", "previous_period_s", "previous_epoch0")
+    present = [k for k in keys if msg.get(k) is not None]
+    if not present:
+        return
+    if len(present) != 3:
+        raise ValueError("control fields since_t, previous_period_s and previous_epoch0 come together")
+    since = msg["since_t"]
+    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
+        raise ValueError("control field since_t must be an integer >= 0, got %r" % (since,))
+    out["since_t"] = since
+    out["previous_period_s"] = _finite_number("previous_period_s", msg["previous_period_s"])
+    out["previous_epoch0"] = _finite_number("previous_epoch0", msg["previous_epoch0"])
+    if not (out["previous_period_s"] > 0):
+        raise ValueError("control field previous_period_s must be > 0")

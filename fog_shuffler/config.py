@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +17,7 @@ from fog_shuffler.relationship import RelationshipGraph
 from fog_shuffler.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
+from rase_common.protocol.control import ControlPolicy
 from rase_common.settings import TomlSettings
 
 REFIT_APPLIANCES = 9
@@ -116,7 +118,12 @@ class FogConfig(TomlSettings):
     period_s: float = Field(8.0, gt=0)
     epoch0: float = 0.0
     speedup: float = Field(1.0, gt=0)   # simulated clocks only
-    lateness_periods: int = Field(1, ge=0)
+    lateness_periods: int = Field(1, ge=0)     # a window closes this many periods after its t ends
+    # Late data: a report whose window closed, within this long after its t
+    # ended, goes into a late batch for that t (forwarded once it has k_min
+    # reports; the fusion center publishes a revised aggregate). Minutes, so a
+    # device's outbox can deliver what it queued through a broker outage.
+    allowed_lateness_s: float = Field(600.0, ge=0)
     k_min: int = Field(10, ge=1)
     eps_levels: list[float] = [1.0]
     x_min: float = 0.0
@@ -134,6 +141,9 @@ class FogConfig(TomlSettings):
     # many the fog stops taking reports from the broker, which holds them;
     # journaled reports and windows are never dropped.
     outbox_max_windows: int = Field(1000, ge=1)
+    # What the fog accepts from the control message (as devices do): outside
+    # these bounds it is refused whole and the fog keeps its parameters.
+    control_policy: ControlPolicy = ControlPolicy()
     broker: BrokerConfig = BrokerConfig()
     shuffler: ShufflerConfig = ShufflerConfig()
     detection: DetectionConfig = DetectionConfig()
@@ -186,6 +196,9 @@ class FogConfig(TomlSettings):
             raise ValueError(f"shuffler.buds_batch_size must be >= 2 x k_min = {2 * self.k_min} (a batch can be "
                              f"half the batch size), got {self.shuffler.buds_batch_size}")
         return self
+
+    def late_periods(self) -> int:
+        return int(math.ceil(self.allowed_lateness_s / self.period_s))
 
     @model_validator(mode="after")
     def _central_target(self) -> "FogConfig":

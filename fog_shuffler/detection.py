@@ -196,10 +196,6 @@ class Detector:
         self.period_s, self.setting = period_s, setting
         self._plans = {}
 
-    def day_of(self, t: int, epoch0: float = 0.0) -> int:
-        """The UTC day of timestamp t."""
-        return int((epoch0 + t * self.period_s) // SECONDS_PER_DAY)
-
     def plan(self, kind: str, eps: float) -> tuple[Plan, float]:
         """The CUSUMs for this kind and eps, and their threshold h."""
         key = (kind, eps)

@@ -48,7 +48,8 @@ class IngestRules:
     eps_levels: tuple[float, ...]  # the published menu
     x_min: float
     x_max: float
-    lateness_periods: int          # how far behind the fog's clock a report's t may be
+    lateness_periods: int | None   # how far behind the fog's clock a report's t may be (None: the
+                                   # windows judge it: late data, fog_shuffler.windows)
     max_bytes: int = MAX_REPORT_BYTES
     mechanism: str = DEFAULT_MECHANISM   # what the devices report (edge_agent.mechanisms)
     categories: int = 4            # categorical: len(bands) + 1
@@ -91,7 +92,7 @@ def validate(topic: str, payload: bytes, now_t: int, rules: IngestRules) -> Acce
         raise _rejection(err) from None
     if rules.devices.get(device) != region:
         raise Rejected("unknown_device", f"{region}/{device}"[:80])
-    if not (now_t - rules.lateness_periods <= rep.t <= now_t + 1):
+    if rep.t > now_t + 1 or (rules.lateness_periods is not None and rep.t < now_t - rules.lateness_periods):
         raise Rejected("t_out_of_range", f"t={rep.t} now={now_t}")
     if rep.eps not in rules.eps_levels:
         raise Rejected("eps_not_on_menu", f"eps={rep.eps}")

@@ -1,19 +1,23 @@
 """Crash and power-loss safety for the fog (SPEC 4): SQLite in WAL mode with
 synchronous=FULL (rase_common.sqlite), one commit per batch.
 
-- `reports`: accepted reports of open windows. A report is acknowledged to the
-  broker only after the transaction holding it has committed.
-- `outbox`: windows shuffled and ready to forward, stored before the first
-  send, so a restart resends the same bytes (never a second, different
-  shuffle of the same data) and never reshuffles.
-- `closed`: windows already closed (forwarded or suppressed), so a restart
-  never reopens one for late reports or shuffles it again. Forwarding is
+- `reports`: accepted reports. A report is acknowledged to the broker only
+  after the transaction holding it has committed. Open ones (done = 0) are
+  restored into their windows after a restart; those of closed windows
+  (done = 1) stay until their t leaves the allowed lateness, so a device is
+  counted once per t across a window and its late batches.
+- `outbox`: windows (and late batches, rev >= 1) shuffled and ready to
+  forward, stored before the first send, so a restart resends the same bytes
+  (never a second, different shuffle of the same data) and never reshuffles.
+- `closed`: (region, t) closed so far, with the last revision, so a restart
+  never reopens a window for late reports or shuffles it again. Forwarding is
   at-least-once: a kill between the broker's acknowledgement and `mark_sent`
-  resends the same bytes, which the fusion center drops by (region, t).
+  resends the same bytes, which the fusion center drops by (region, t, rev).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,11 +25,12 @@ from rase_common.sqlite import open_wal, storage_errors
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS reports (region TEXT, t INTEGER, device TEXT, y REAL, eps REAL, seq INTEGER,
-                                    mech TEXT DEFAULT 'br', PRIMARY KEY (region, t, device));
+                                    mech TEXT DEFAULT 'br', done INTEGER DEFAULT 0,
+                                    PRIMARY KEY (region, t, device));
 CREATE TABLE IF NOT EXISTS duplicates (region TEXT, t INTEGER, n INTEGER, PRIMARY KEY (region, t));
-CREATE TABLE IF NOT EXISTS outbox (region TEXT, t INTEGER, payload TEXT, sent INTEGER DEFAULT 0,
-                                   PRIMARY KEY (region, t));
-CREATE TABLE IF NOT EXISTS closed (region TEXT, t INTEGER, PRIMARY KEY (region, t));
+CREATE TABLE IF NOT EXISTS outbox (region TEXT, t INTEGER, rev INTEGER DEFAULT 0, payload TEXT,
+                                   sent INTEGER DEFAULT 0, PRIMARY KEY (region, t, rev));
+CREATE TABLE IF NOT EXISTS closed (region TEXT, t INTEGER, rev INTEGER DEFAULT 0, PRIMARY KEY (region, t));
 """
 
 # Attacker detection (fog_shuffler.detection): each device's statistics today,
@@ -46,12 +51,34 @@ class DetectionWrite:
     quarantined: list[tuple[str, int, float, str]] = field(default_factory=list)   # device, t, since, test
 
 
+def _columns(db, table: str) -> set[str]:  # noqa: ANN001
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+
+def _upgrade(db) -> None:  # noqa: ANN001
+    """Journals written by earlier versions keep working."""
+    if "mech" not in _columns(db, "reports"):              # before report kinds: BR
+        db.execute("ALTER TABLE reports ADD COLUMN mech TEXT DEFAULT 'br'")
+    if "done" not in _columns(db, "reports"):              # before late batches: every row was open
+        db.execute("ALTER TABLE reports ADD COLUMN done INTEGER DEFAULT 0")
+    if "rev" not in _columns(db, "closed"):
+        db.execute("ALTER TABLE closed ADD COLUMN rev INTEGER DEFAULT 0")
+    if "rev" not in _columns(db, "outbox"):                # the key gains rev: rebuild the table
+        with db:
+            db.execute("BEGIN")
+            db.execute("ALTER TABLE outbox RENAME TO outbox_v1")
+            db.execute("CREATE TABLE outbox (region TEXT, t INTEGER, rev INTEGER DEFAULT 0, payload TEXT, "
+                       "sent INTEGER DEFAULT 0, PRIMARY KEY (region, t, rev))")
+            db.execute("INSERT INTO outbox (region, t, rev, payload, sent) "
+                       "SELECT region, t, 0, payload, sent FROM outbox_v1")
+            db.execute("DROP TABLE outbox_v1")
+
+
 class Journal:
     def __init__(self, path: str | Path):
         self.db = open_wal(path, SCHEMA + DETECTION_SCHEMA)
-        # Journals written before report kinds existed: their reports are BR.
-        if "mech" not in {row[1] for row in self.db.execute("PRAGMA table_info(reports)")}:
-            self.db.execute("ALTER TABLE reports ADD COLUMN mech TEXT DEFAULT 'br'")
+        with storage_errors("fog journal"):
+            _upgrade(self.db)
 
     def close(self) -> None:
         self.db.close()
@@ -61,7 +88,8 @@ class Journal:
         """One transaction (one fsync) for a batch of accepted reports and duplicate counts."""
         with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR IGNORE INTO reports VALUES (?,?,?,?,?,?,?)", rows)
+            self.db.executemany("INSERT OR IGNORE INTO reports (region, t, device, y, eps, seq, mech) "
+                                "VALUES (?,?,?,?,?,?,?)", rows)
             self.db.executemany("INSERT INTO duplicates VALUES (?,?,1) ON CONFLICT(region,t) DO UPDATE SET n=n+1",
                                 duplicates)
             if detection is not None:
@@ -69,48 +97,62 @@ class Journal:
 
     def open_reports(self) -> list[tuple[str, int, str, float, float, str]]:
         with storage_errors("fog journal"):
-            return self.db.execute("SELECT region, t, device, y, eps, mech FROM reports ORDER BY rowid").fetchall()
+            return self.db.execute("SELECT region, t, device, y, eps, mech FROM reports WHERE done=0 "
+                                   "ORDER BY rowid").fetchall()
+
+    def seen_devices(self) -> dict[tuple[str, int], set[str]]:
+        """Devices of closed windows, per (region, t)."""
+        out: dict[tuple[str, int], set[str]] = defaultdict(set)
+        with storage_errors("fog journal"):
+            for region, t, device in self.db.execute("SELECT region, t, device FROM reports WHERE done=1"):
+                out[(region, t)].add(device)
+        return dict(out)
 
     def duplicate_counts(self) -> dict[tuple[str, int], int]:
         with storage_errors("fog journal"):
             return {(r, t): n for r, t, n in self.db.execute("SELECT region, t, n FROM duplicates")}
 
-    def closed_windows(self) -> set[tuple[str, int]]:
+    def closed_windows(self) -> dict[tuple[str, int], int]:
         with storage_errors("fog journal"):
-            return {(r, t) for r, t in self.db.execute("SELECT region, t FROM closed")}
+            return {(r, t): rev for r, t, rev in self.db.execute("SELECT region, t, rev FROM closed")}
 
-    def close_window(self, region: str, t: int, payload: str | None) -> None:
-        """Atomically: mark closed, drop its reports, queue its message (None = suppressed)."""
+    def close_window(self, region: str, t: int, payload: str | None, rev: int = 0) -> None:
+        """Atomically: mark (region, t) closed at revision rev, its open
+        reports done, and queue its message (None = suppressed)."""
         with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
-            self.db.execute("INSERT OR IGNORE INTO closed VALUES (?,?)", (region, t))
-            self.db.execute("DELETE FROM reports WHERE region=? AND t=?", (region, t))
+            self.db.execute("INSERT OR REPLACE INTO closed VALUES (?,?,?)", (region, t, rev))
+            self.db.execute("UPDATE reports SET done=1 WHERE region=? AND t=? AND done=0", (region, t))
             self.db.execute("DELETE FROM duplicates WHERE region=? AND t=?", (region, t))
             if payload is not None:
-                self.db.execute("INSERT OR IGNORE INTO outbox (region, t, payload) VALUES (?,?,?)",
-                                (region, t, payload))
+                self.db.execute("INSERT OR IGNORE INTO outbox (region, t, rev, payload) VALUES (?,?,?,?)",
+                                (region, t, rev, payload))
 
-    def unsent(self) -> list[tuple[str, int, str]]:
+    def unsent(self) -> list[tuple[str, int, str, int]]:
+        """(region, t, payload, rev), oldest first."""
         with storage_errors("fog journal"):
-            return self.db.execute("SELECT region, t, payload FROM outbox WHERE sent=0 ORDER BY t, region").fetchall()
+            return self.db.execute("SELECT region, t, payload, rev FROM outbox WHERE sent=0 "
+                                   "ORDER BY t, rev, region").fetchall()
 
-    def mark_sent(self, region: str, t: int) -> None:
+    def mark_sent(self, region: str, t: int, rev: int = 0) -> None:
         with storage_errors("fog journal"):
-            self.db.execute("UPDATE outbox SET sent=1 WHERE region=? AND t=?", (region, t))
+            self.db.execute("UPDATE outbox SET sent=1 WHERE region=? AND t=? AND rev=?", (region, t, rev))
 
     def prune(self, t_min: int) -> None:
-        """Forget closed markers and sent messages older than t_min."""
+        """Forget what no report still accepted can need: closed markers,
+        closed windows' reports and sent messages older than t_min."""
         with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
             self.db.execute("DELETE FROM closed WHERE t < ?", (t_min,))
+            self.db.execute("DELETE FROM reports WHERE done=1 AND t < ?", (t_min,))
             self.db.execute("DELETE FROM outbox WHERE sent=1 AND t < ?", (t_min,))
 
     # -- attacker detection -----------------------------------------------------------
     def _write_detection(self, d: DetectionWrite) -> None:
         self.db.executemany("INSERT OR REPLACE INTO detector VALUES (?,?,?,?,?,?)", d.states)
         self.db.executemany("INSERT OR IGNORE INTO quarantined_devices VALUES (?,?,?,?)", d.quarantined)
-        # A quarantined device's reports leave the open windows with it.
-        self.db.executemany("DELETE FROM reports WHERE device=?", [(q[0],) for q in d.quarantined])
+        # A quarantined device's reports leave the open windows (and late batches) with it.
+        self.db.executemany("DELETE FROM reports WHERE device=? AND done=0", [(q[0],) for q in d.quarantined])
 
     def detector_states(self) -> list[tuple]:
         with storage_errors("fog journal"):

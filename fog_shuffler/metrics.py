@@ -16,7 +16,8 @@ class FogMetrics:
         self.accepted = Counter("rase_fog_reports_accepted", "Reports accepted into a window", registry=r)
         self.rejected = Counter("rase_fog_reports_rejected", "Reports rejected, by reason", ["reason"], registry=r)
         self.duplicates = Counter("rase_fog_reports_duplicate", "Repeated (device, t) reports dropped", registry=r)
-        self.late = Counter("rase_fog_reports_late", "Reports for windows already closed", registry=r)
+        self.late = Counter("rase_fog_reports_late", "Reports that came after their window closed and past "
+                            "the allowed lateness (not forwarded; not hostile)", registry=r)
         self.eps_dropped = Counter("rase_fog_reports_eps_level_dropped",
                                    "Reports dropped because their eps level had fewer than k_min", registry=r)
         self.forwarded = Counter("rase_fog_windows_forwarded", "Windows forwarded, by mechanism", ["mechanism"],
@@ -29,6 +30,11 @@ class FogMetrics:
         self.storage_ok = Gauge("rase_fog_storage_ok", "1 while the journal can be written; 0 while reports are "
                                 "held unacknowledged and writes are retried", registry=r)
         self.storage_ok.set(1)
+        self.late_batches = Counter("rase_fog_late_batches", "Late batches forwarded: reports that came after "
+                                    "their window closed, within the allowed lateness", registry=r)
+        self.close_delay = Histogram("rase_fog_window_close_delay_periods", "Periods a window closed behind "
+                                     "schedule (a storage outage held its reports)", registry=r,
+                                     buckets=(0, 1, 2, 4, 8, 16, 64, 256))
         self.forwarding_ok = Gauge("rase_fog_forwarding_ok", "1 while the sink takes windows; 0 while forwarding "
                                    "fails and is retried with backoff", registry=r)
         self.forwarding_ok.set(1)
@@ -48,7 +54,7 @@ class FogMetrics:
                                          "rejected (quarantined_device) until an operator releases them", registry=r)
         for field in PROTOCOL_FIELDS:
             self.config_drift.labels(field).set(0)
-        for reason in REASONS + ("internal", "control_invalid"):
+        for reason in REASONS + ("internal", "control_invalid", "control_refused"):
             self.rejected.labels(reason)
         for mech in WINDOW_MECHANISMS:
             self.forwarded.labels(mech)

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 
 from edge_agent.mechanisms import DEFAULT_MECHANISM
+from edge_agent.schedule import Schedule, from_control
 from fog_shuffler.ingest import IngestRules
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 
@@ -32,6 +33,9 @@ class Protocol:
     rho: float = 0.9
     on_above: float = DEFAULT_ON_ABOVE     # binary: on when the reading is above
     bands: tuple[float, ...] = tuple(DEFAULT_BANDS)   # categorical: band edges
+    since_t: int | None = None             # a schedule change (edge_agent.schedule): this one from since_t on,
+    previous_period_s: float | None = None   # the previous one before
+    previous_epoch0: float | None = None
 
     @classmethod
     def from_control(cls, msg: dict, current: "Protocol") -> "Protocol":
@@ -42,15 +46,21 @@ class Protocol:
                    gamma=float(msg.get("gamma", current.gamma)), beta=float(msg.get("beta", current.beta)),
                    rho=float(msg.get("rho", current.rho)),
                    on_above=float(msg.get("on_above", DEFAULT_ON_ABOVE)),
-                   bands=tuple(msg.get("bands", DEFAULT_BANDS)))
+                   bands=tuple(msg.get("bands", DEFAULT_BANDS)), since_t=msg.get("since_t"),
+                   previous_period_s=msg.get("previous_period_s"), previous_epoch0=msg.get("previous_epoch0"))
 
     def differences(self, other: "Protocol") -> dict[str, tuple]:
         """field -> (self's value, other's value) where they differ."""
         return {f.name: (getattr(self, f.name), getattr(other, f.name)) for f in fields(self)
                 if getattr(self, f.name) != getattr(other, f.name)}
 
+    @property
+    def schedule(self) -> Schedule:
+        return from_control({"period_s": self.period_s, "epoch0": self.epoch0, "since_t": self.since_t,
+                             "previous_period_s": self.previous_period_s, "previous_epoch0": self.previous_epoch0})
+
     def t_of(self, unix_s: float) -> int:
-        return int((unix_s - self.epoch0) // self.period_s)
+        return self.schedule.t_of(unix_s)
 
 
 PROTOCOL_FIELDS = tuple(f.name for f in fields(Protocol))

@@ -37,4 +37,4 @@ def release_window(cw: ClosedWindow, graph: RelationshipGraph, params: ShufflePa
                                   mechanism=res.mechanism, theta=res.theta, delta_k=res.delta_k,
                                   omega=res.omega, k=res.k, groups=res.groups, guarantee=guarantee))
     return WindowMessage(region=cw.region, t=cw.t, n=len(cw.values), alpha=params.alpha, batches=batches,
-                         counts=counts)
+                         counts=counts, revision=cw.revision)

@@ -28,7 +28,7 @@ import logging
 import time
 
 from fog_shuffler.config import FogConfig
-from fog_shuffler.detection import Alarm, Detector, DeviceState
+from fog_shuffler.detection import SECONDS_PER_DAY, Alarm, Detector, DeviceState
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
 from fog_shuffler.journal import DetectionWrite, Journal
 from fog_shuffler.metrics import FogMetrics
@@ -37,10 +37,10 @@ from fog_shuffler.randomness import window_rng
 from fog_shuffler.release import release_window
 from fog_shuffler.windows import ClosedWindow, Outcome, RegionCounters, WindowManager
 from rase_common.channels import Sink, Source
-from rase_common.clock import ScaledClock, WallClock
+from rase_common.clock import ScaledClock, SteadyClock, WallClock
 from rase_common.errors import Backoff, Outage, StorageError
 from rase_common.kafka import KafkaSink
-from rase_common.loop import Wakeup, seconds_to_next_period
+from rase_common.loop import Wakeup, seconds_to_next_boundary
 from rase_common.mechanisms import Setting
 from rase_common.mqtt import MqttLink, MqttSink, MqttSource
 from rase_common.outbox import OutboxSender
@@ -71,22 +71,26 @@ class FogService(Service):
     def __init__(self, cfg: FogConfig, *, clock=None, sink: Sink | None = None, source: Source | None = None,
                  metrics: FogMetrics | None = None):
         self.cfg = cfg
-        self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
+        # Lateness and merge deadlines are judged on time a wall-clock step cannot move (SteadyClock).
+        self.clock = clock or (SteadyClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
         self.metrics = metrics or FogMetrics()
         self.graphs = {r: rc.graph() for r, rc in cfg.regions.items()}
         registered = {r: rc.all_devices() for r, rc in cfg.regions.items()}
-        self.windows = WindowManager(registered=registered, k_min=cfg.k_min, lateness_periods=cfg.lateness_periods)
+        self.windows = WindowManager(registered=registered, k_min=cfg.k_min, lateness_periods=cfg.lateness_periods,
+                                     late_periods=cfg.late_periods())
         self.counters = RegionCounters()
         # The retained control message owns the protocol parameters; the fog follows it.
         own = Protocol(cfg.period_s, cfg.epoch0, tuple(cfg.eps_levels), cfg.x_min, cfg.x_max,
                        mechanism=cfg.device_mechanism, on_above=cfg.on_above, bands=tuple(cfg.bands))
         self.protocol = ProtocolFollower(own, grace_periods=cfg.lateness_periods + 2)
+        self.control_policy = cfg.control_policy.build(cfg.period_s)
         self.rules = rules_for(IngestRules(devices={d: r for r, ds in registered.items() for d in ds},
                                            eps_levels=own.eps_levels, x_min=own.x_min, x_max=own.x_max,
-                                           lateness_periods=cfg.lateness_periods), own)
+                                           lateness_periods=None), own)
         self.params = cfg.shuffler.params()
         self.detector = self._make_detector(own)
         self._alarms: list[Alarm] = []
+        self._schedule = None           # (protocol, its schedule): days for the detector
         self.arrived, self.due, self.outbox_wakeup = Wakeup(), Wakeup(), Wakeup()
         self.wakeup = Wakeups(self.arrived, self.due)   # a driver moved a manual clock: look again
         self.storage = Outage("fog journal", log, gauge=self.metrics.storage_ok, backoff=Backoff(cap_s=1.0))
@@ -173,7 +177,8 @@ class FogService(Service):
     def _restore(self) -> None:
         """Reopen journaled windows exactly as they were before a crash."""
         j = self.journal
-        n = self.windows.restore(j.closed_windows(), j.open_reports(), j.duplicate_counts())
+        n = self.windows.restore(j.closed_windows(), j.open_reports(), j.duplicate_counts(), j.seen_devices(),
+                                 self.now_t())
         if n or self.windows.closed:
             log.info("fog restored %d open reports in %d windows; %d windows already closed",
                      n, len(self.windows.open), len(self.windows.closed))
@@ -225,7 +230,7 @@ class FogService(Service):
             try:
                 rep = self._validate(msg, now_t)
                 self._screen(rep)
-                outcome = self.windows.add(rep)
+                outcome = self.windows.add(rep, now_t)
             except Rejected as err:
                 after.append((err.reason, str(err), None, msg))
                 continue
@@ -289,7 +294,7 @@ class FogService(Service):
     def _rebuild_from_journal(self) -> None:
         """After a storage failure: the windows as the journal has them."""
         self.windows = WindowManager(registered=self.windows.registered, k_min=self.cfg.k_min,
-                                     lateness_periods=self.cfg.lateness_periods)
+                                     lateness_periods=self.cfg.lateness_periods, late_periods=self.cfg.late_periods())
         self._restore()
         self._rebuild = False
 
@@ -299,10 +304,17 @@ class FogService(Service):
         if not msg.payload:          # an empty retained payload only clears the topic
             return
         try:
-            new = Protocol.from_control(wire.parse_control(msg.payload), self.protocol.current)
+            parsed = wire.parse_control(msg.payload)
         except ValueError as err:
             self.quarantine.put(msg.topic, "control_invalid", str(err), msg.payload)
             return
+        try:
+            self.control_policy.check(parsed)
+        except ValueError as err:
+            # Outside the fog's own policy (a 1 ms period, a range it refuses): the fog keeps its parameters.
+            self.quarantine.put(msg.topic, "control_refused", f"{err}; keeping the current parameters", msg.payload)
+            return
+        new = Protocol.from_control(parsed, self.protocol.current)
         changed = self.protocol.apply(new, self.now_t())
         if not changed:
             return
@@ -330,27 +342,31 @@ class FogService(Service):
                 except StorageError as err:
                     self._rebuild = True
                     self.storage.failed(err)
-            cur = self.protocol.current
-            wait = seconds_to_next_period(self.clock, cur.epoch0, cur.period_s, self.cfg.tick_s)
+            wait = seconds_to_next_boundary(self.clock, self.protocol.current.schedule, self.cfg.tick_s)
             if self.storage.down:
                 wait = min(wait, self.storage.retry_in() or 0.0)
             await self.due.wait(None, wait)
 
     async def _close_due(self) -> int:
         closed = 0
-        for region, t in self.windows.due(self.now_t()):
+        now_t = self.now_t()
+        for region, t in self.windows.due(now_t):
             cw = self.windows.close(region, t)
             self.metrics.eps_dropped.inc(cw.eps_level_dropped)
+            if cw.revision == 0:
+                # Behind schedule (a storage outage held it): how many periods late it closes.
+                self.metrics.close_delay.observe(max(0, now_t - (t + 1 + self.cfg.lateness_periods)))
             if cw.suppressed:
-                self.journal.close_window(region, t, None)
+                self.journal.close_window(region, t, None, cw.revision)
                 self.metrics.suppressed.inc()
                 self.counters.suppressed[region] += 1
-                log.info("window (%s, %d) suppressed: %d reports < k_min %d", region, t, len(cw.values),
-                         self.cfg.k_min)
+                log.info("%s (%s, %d) suppressed: %d reports < k_min %d",
+                         "late batch" if cw.revision else "window", region, t, len(cw.values), self.cfg.k_min)
                 continue
             await self._release(cw)
             closed += 1
-        t_min = self.now_t() - self.cfg.lateness_periods - 2
+            await asyncio.sleep(0)      # ingest and a stop are not held up by a backlog of windows
+        t_min = self.windows.horizon_t(now_t) - 1
         self.windows.forget_before(t_min)
         if closed:
             # Reports older than t_min are rejected as out of range, so their
@@ -368,7 +384,9 @@ class FogService(Service):
         else:
             msg = release_window(*args, **kw)
         self.metrics.shuffle_seconds.observe(time.perf_counter() - t0)
-        self.journal.close_window(cw.region, cw.t, msg.model_dump_json())
+        self.journal.close_window(cw.region, cw.t, msg.model_dump_json(), cw.revision)
+        if cw.revision:
+            self.metrics.late_batches.inc()
         self.counters.forwarded(cw.region)
         self.outbox_size += 1
         self.outbox_wakeup.set()
@@ -378,8 +396,8 @@ class FogService(Service):
         mechs = {b.mechanism for b in msg.batches}
         self.metrics.forwarded.labels(mechs.pop() if len(mechs) == 1 else "uniform").inc()
 
-    def _mark_sent(self, row: tuple[str, int, str]) -> None:
-        self.journal.mark_sent(row[0], row[1])
+    def _mark_sent(self, row: tuple[str, int, str, int]) -> None:
+        self.journal.mark_sent(row[0], row[1], row[3])
         self.outbox_size = max(0, self.outbox_size - 1)
         self.metrics.outbox_windows.set(self.outbox_size)
 
@@ -413,10 +431,16 @@ class FogService(Service):
             # Around a control change a report may be made under the previous parameters
             # (another range or mechanism): it is not scored against the new ones.
             return
-        day = self.detector.day_of(rep.t, self.protocol.current.epoch0)
-        alarm = self.detector.observe(rep.device, rep.y, rep.eps, rep.mechanism, rep.t, day)
+        alarm = self.detector.observe(rep.device, rep.y, rep.eps, rep.mechanism, rep.t, self._day_of(rep.t))
         if alarm is not None:
             self._alarms.append(alarm)
+
+    def _day_of(self, t: int) -> int:
+        """The UTC day period t starts in, on the schedule the fog follows."""
+        current = self.protocol.current
+        if self._schedule is None or self._schedule[0] is not current:
+            self._schedule = (current, current.schedule)
+        return int(self._schedule[1].start_of(t) // SECONDS_PER_DAY)
 
     def _detection_write(self) -> DetectionWrite | None:
         if self.detector is None:

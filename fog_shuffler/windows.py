@@ -1,12 +1,23 @@
-"""Event-time windows at the fog (SPEC 4). Pure: the caller supplies the
+"""Event-time windows at the fog (SPEC 4). Pure: the service supplies the
 logical time and persists what it must.
 
 A window (region, t) closes when the fog's logical clock reaches
-t + 1 + lateness_periods, or early once every device registered for the
-region has reported. Duplicates of (device, t) are dropped (first wins), late
-reports (window already closed) are dropped and counted. At close, eps levels
-(per report kind) with fewer than k_min reports are dropped, and a window left
-with fewer than k_min reports is suppressed.
+t + 1 + lateness_periods (counted from when its first report came, if that
+was later: after an outage the backlog arrives together), or early once
+every device registered for the region has reported. Duplicates of (device, t) are dropped (first wins). At
+close, eps levels (per report kind) with fewer than k_min reports are dropped,
+and a window left with fewer than k_min reports is suppressed.
+
+Late data is data: a report whose window has closed, but whose t is within
+`late_periods` periods of that close (the allowed lateness, minutes rather
+than one period: a device's outbox delivers what it queued through an
+outage), opens a late batch for that t, revision 1, 2, ... A late batch is a
+window like any other: it closes at the first period boundary after it has
+k_min reports (or, short of them, is suppressed when the allowed lateness
+ends), it is shuffled on its own, and only its reports go out; the fusion
+center publishes a revised aggregate. Reports past the allowed lateness are
+counted as late, never as hostile input. A device counts once per t across
+the window and its late batches (`seen`).
 """
 
 from __future__ import annotations
@@ -32,6 +43,8 @@ class OpenWindow:
     t: int
     reports: dict[str, tuple[float, float, str]] = field(default_factory=dict)  # device -> (y, eps, mechanism)
     duplicates: int = 0
+    revision: int = 0               # 0: the window; 1, 2, ...: late batches of the same t
+    opened_at_t: int | None = None  # the fog's t when its first report came
 
 
 @dataclass(frozen=True)
@@ -45,30 +58,41 @@ class ClosedWindow:
     eps_level_dropped: int
     suppressed: bool
     mechanisms: list[str] = field(default_factory=list)   # per report: the device mechanism it was checked against
+    revision: int = 0
 
 
 class WindowManager:
-    def __init__(self, *, registered: dict[str, set[str]], k_min: int = 10, lateness_periods: int = 1):
+    def __init__(self, *, registered: dict[str, set[str]], k_min: int = 10, lateness_periods: int = 1,
+                 late_periods: int = 0):
         if k_min < 1:
             raise ValueError(f"k_min must be >= 1, got {k_min}")
         if lateness_periods < 0:
             raise ValueError(f"lateness_periods must be >= 0, got {lateness_periods}")
+        if late_periods < 0:
+            raise ValueError(f"late_periods must be >= 0, got {late_periods}")
         self.registered = registered
         self.k_min = k_min
         self.lateness = lateness_periods
+        self.late_periods = late_periods
         self.open: dict[tuple[str, int], OpenWindow] = {}
-        self.closed: set[tuple[str, int]] = set()
-        self.late: Counter[str] = Counter()
+        self.closed: dict[tuple[str, int], int] = {}      # (region, t) -> revisions closed so far
+        self.seen: dict[tuple[str, int], set[str]] = {}   # devices already in a closed window of (region, t)
+        self.late: Counter[str] = Counter()                # reports past the allowed lateness, per region
 
-    def add(self, rep: Accepted) -> Outcome:
+    def horizon_t(self, now_t: int) -> int:
+        """The oldest t a report may still have (its window, or a late batch)."""
+        return now_t - 1 - self.lateness - self.late_periods
+
+    def add(self, rep: Accepted, now_t: int) -> Outcome:
         key = (rep.region, rep.t)
-        if key in self.closed:
+        if rep.t < self.horizon_t(now_t) or (key in self.closed and not self.late_periods):
             self.late[rep.region] += 1
             return Outcome.LATE
         w = self.open.get(key)
         if w is None:
-            w = self.open[key] = OpenWindow(rep.region, rep.t)
-        if rep.device in w.reports:
+            revision = self.closed.get(key, -1) + 1
+            w = self.open[key] = OpenWindow(rep.region, rep.t, revision=revision, opened_at_t=now_t)
+        if rep.device in w.reports or rep.device in self.seen.get(key, ()):
             w.duplicates += 1
             return Outcome.DUPLICATE
         w.reports[rep.device] = (rep.y, rep.eps, rep.mechanism)
@@ -77,16 +101,23 @@ class WindowManager:
     def complete(self, region: str, t: int) -> bool:
         """Every device registered for the region has reported for t."""
         w = self.open.get((region, t))
-        return w is not None and len(w.reports) >= len(self.registered.get(region, ()))
+        seen = len(self.seen.get((region, t), ()))
+        return w is not None and len(w.reports) + seen >= len(self.registered.get(region, ()))
 
-    def restore(self, closed: set[tuple[str, int]], reports, duplicates: dict[tuple[str, int], int]) -> int:
-        """Reopen windows as a journal kept them: closed markers, accepted
-        reports (region, t, device, y, eps, mechanism) and duplicate counts.
-        Returns how many reports were restored."""
-        self.closed = set(closed)
+    def restore(self, closed: dict[tuple[str, int], int], reports, duplicates: dict[tuple[str, int], int],
+                seen: dict[tuple[str, int], set[str]], now_t: int) -> int:
+        """Reopen windows as a journal kept them: closed markers (revisions),
+        open reports (region, t, device, y, eps, mechanism), duplicate counts,
+        and the devices of closed windows. Returns how many reports were restored."""
+        self.closed = dict(closed)
+        self.seen = {k: set(v) for k, v in seen.items()}
         n = 0
         for region, t, device, y, eps, mech in reports:
-            self.add(Accepted(region, device, t, y, eps, mech))
+            key = (region, t)
+            if key not in self.open:        # reopened as it was, even if now past its lateness
+                revision = self.closed.get(key, -1) + 1
+                self.open[key] = OpenWindow(region, t, revision=revision, opened_at_t=now_t)
+            self.open[key].reports[device] = (y, eps, mech)
             n += 1
         for key, k in duplicates.items():
             if key in self.open:
@@ -94,16 +125,25 @@ class WindowManager:
         return n
 
     def due(self, now_t: int) -> list[tuple[str, int]]:
-        """Windows to close now, oldest first."""
+        """Windows and late batches to close now, oldest first."""
         out = []
         for (region, t), w in self.open.items():
-            if now_t >= t + 1 + self.lateness or self.complete(region, t):
+            if w.revision == 0:
+                # A window that opens behind time (its reports come from outboxes after an outage) stays
+                # open as long as one that opened on time, so the rest of the backlog reaches it.
+                start = t if w.opened_at_t is None else max(t, w.opened_at_t)
+                if now_t >= start + 1 + self.lateness or self.complete(region, t):
+                    out.append((region, t))
+            elif (len(w.reports) >= self.k_min and now_t > w.opened_at_t) or t < self.horizon_t(now_t) + 1 \
+                    or self.complete(region, t):
                 out.append((region, t))
         return sorted(out, key=lambda k: (k[1], k[0]))
 
     def close(self, region: str, t: int) -> ClosedWindow:
-        w = self.open.pop((region, t), None) or OpenWindow(region, t)
-        self.closed.add((region, t))
+        key = (region, t)
+        w = self.open.pop(key, None) or OpenWindow(region, t, revision=self.closed.get(key, -1) + 1)
+        self.closed[key] = w.revision
+        self.seen.setdefault(key, set()).update(w.reports)
         # A batch is one eps level of one report kind (around a control change a window may hold two kinds).
         per_level = Counter((eps, m) for _, eps, m in w.reports.values())
         keep = {k for k, c in per_level.items() if c >= self.k_min}
@@ -111,7 +151,7 @@ class WindowManager:
         dropped = len(w.reports) - len(kept)
         return ClosedWindow(region, t, [r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept],
                             w.duplicates, dropped, suppressed=len(kept) < self.k_min,
-                            mechanisms=[r[3] for r in kept])
+                            mechanisms=[r[3] for r in kept], revision=w.revision)
 
     def drop_device(self, device: str) -> int:
         """Take a device's reports out of every open window (it was just
@@ -119,8 +159,9 @@ class WindowManager:
         return sum(w.reports.pop(device, None) is not None for w in self.open.values())
 
     def forget_before(self, t_min: int) -> None:
-        """Drop closed markers older than any t ingest still accepts."""
-        self.closed = {k for k in self.closed if k[1] >= t_min}
+        """Drop closed markers and seen devices older than any t ingest still takes."""
+        self.closed = {k: v for k, v in self.closed.items() if k[1] >= t_min}
+        self.seen = {k: v for k, v in self.seen.items() if k[1] >= t_min}
 
 
 class RegionCounters:

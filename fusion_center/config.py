@@ -43,8 +43,24 @@ class FusionConfig(TomlSettings):
                                       frozen=True)
 
     name: str = "fusion1"                 # MQTT client id fusion-<name> (persistent session)
-    regions: list[str] = []               # regions expected per t; others are learned as they appear
+    # The regions whose windows this fusion center accepts (and waits for per
+    # t). A window for any other region is quarantined (unknown_region): one
+    # fog credential must not be able to add a region.
+    regions: list[str]
     merge_deadline_s: float = Field(16.0, ge=0)   # close t this long after its first window
+    # A change of [precision] period_s or epoch0 takes effect at the new
+    # schedule's first boundary this many (longer) periods from now, announced
+    # in the control message meanwhile (edge_agent.schedule).
+    schedule_lead_periods: int = Field(4, ge=1)
+    # Late batches from the fog (reports that came after their window closed)
+    # revise an aggregate for this long after its t; keep it at least the
+    # fogs' allowed_lateness_s.
+    revise_for_s: float = Field(900.0, ge=0)
+    # A window for a t further than this behind the fusion center's clock (a
+    # backlog after downtime is fine), or more than two periods ahead of it,
+    # is quarantined (t_implausible): a forged window cannot plant a future
+    # aggregate or resurrect an ancient one.
+    max_window_age_s: float = Field(86400.0, gt=0)
     level: float = Field(0.95, gt=0, lt=1)
     bootstrap_b: int = Field(1000, ge=2)
     windows_w: list[int] = [8, 64]        # windowed averages over the last w timestamps
@@ -81,6 +97,8 @@ class FusionConfig(TomlSettings):
     @field_validator("regions")
     @classmethod
     def _regions(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one region: windows of regions not listed are refused")
         for r in v:
             wire.check_name("region", r)
         return v

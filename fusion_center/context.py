@@ -1,9 +1,10 @@
 """What every aggregate says beside its estimates: its wall-clock time, its
 privacy unit, and the clipping its `mean` is subject to. Pure.
 
-- Time: t_start = epoch0 + t period_s and t_end = t_start + period_s (Unix
-  seconds and ISO 8601 UTC) from the control message the fusion center
-  broadcasts, so a subscriber never needs epoch0.
+- Time: t_start and t_end of period t (Unix seconds and ISO 8601 UTC) on the
+  schedule of the control message the fusion center broadcasts (epoch0 + t
+  period_s, piecewise across a schedule change), so a subscriber never needs
+  epoch0.
 - Privacy unit: eps per report (the largest level in the aggregate), its
   basic composition per hour and per day at the period
   (rase_common.privacy), and the shuffle guarantee actually applied to the
@@ -36,11 +37,11 @@ def add_context(agg: Aggregate, windows: list[WindowMessage], precision: Control
                 central_target=None, clip_bias_bound: float | None = None) -> Aggregate:  # noqa: ANN001
     """agg with its wall-clock time, privacy unit and clipping filled in.
     central_target: anything with eps and delta (fusion_center.config.CentralTarget)."""
-    start = precision.epoch0 + agg.t * precision.period_s
-    end = start + precision.period_s
+    schedule = precision.schedule()         # piecewise across a schedule change (since_t)
+    start, end = schedule.start_of(agg.t), schedule.end_of(agg.t)
+    period_s = end - start
     update = {"t_start": start, "t_end": end, "t_start_iso": iso_utc(start), "t_end_iso": iso_utc(end),
-              "period_s": precision.period_s,
-              "privacy_unit": privacy_unit(windows, precision.period_s, central_target)}
+              "period_s": period_s, "privacy_unit": privacy_unit(windows, period_s, central_target)}
     if agg.mechanism in MEAN_KINDS:
         clipping, estimates = clip(agg, precision.x_max, clip_bias_bound)
         update |= {"clipping": clipping, "estimates": estimates}

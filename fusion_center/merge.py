@@ -25,32 +25,37 @@ def history_key(kind: str, name: str) -> str:
 
 class TimestampMerger:
     """t closes when every known region has sent its window, or deadline_s
-    after its first window arrived."""
+    after its first window arrived. A late batch (revision >= 1) of a t
+    already aggregated closes it again at once (`revises`)."""
 
     def __init__(self, known_regions: set[str], deadline_s: float):
         if deadline_s < 0:
             raise ValueError(f"merge deadline must be >= 0 s, got {deadline_s}")
         self.known = set(known_regions)
         self.deadline_s = deadline_s
-        self.pending: dict[int, dict[str, WindowMessage]] = {}
+        self.pending: dict[int, dict[tuple[str, int], WindowMessage]] = {}
         self.first_seen: dict[int, float] = {}
+        self.revising: set[int] = set()
 
-    def add(self, w: WindowMessage, now: float) -> str:
-        """'accepted' or 'duplicate' (same region and t again)."""
-        self.known.add(w.region)
+    def add(self, w: WindowMessage, now: float, *, revises: bool = False) -> str:
+        """'accepted' or 'duplicate' (same region, t and revision again)."""
         got = self.pending.setdefault(w.t, {})
-        if w.region in got:
+        if (w.region, w.revision) in got:
             return "duplicate"
-        got[w.region] = w
+        got[(w.region, w.revision)] = w
         self.first_seen.setdefault(w.t, now)
+        if revises:
+            self.revising.add(w.t)
         return "accepted"
 
     def due(self, now: float) -> list[int]:
         return sorted(t for t, got in self.pending.items()
-                      if self.known <= set(got) or now - self.first_seen[t] >= self.deadline_s)
+                      if t in self.revising or self.known <= {r for r, _ in got}
+                      or now - self.first_seen[t] >= self.deadline_s)
 
     def pop(self, t: int) -> list[WindowMessage]:
         self.first_seen.pop(t, None)
+        self.revising.discard(t)
         return [w for _, w in sorted(self.pending.pop(t, {}).items())]
 
 

@@ -13,8 +13,12 @@ class FusionMetrics:
         self.consumed = Counter("rase_fusion_windows_consumed", "Valid windows stored", registry=r)
         self.rejected = Counter("rase_fusion_windows_rejected", "Windows that failed validation, by reason "
                                 "(quarantined and acknowledged)", ["reason"], registry=r)
-        for reason in ("not_json", "schema", "internal", "estimate_failed"):
+        for reason in ("not_json", "schema", "internal", "estimate_failed", "unknown_region", "t_implausible",
+                       "conflicting_window"):
             self.rejected.labels(reason)
+        self.conflicts = Counter("rase_fusion_windows_conflicting", "A second, different window for a (region, t) "
+                                 "already stored: a forged window or two fogs claiming one region (an alarm)",
+                                 registry=r)
         self.storage_ok = Gauge("rase_fusion_storage_ok", "1 while the store can be written; 0 while input is "
                                 "held unacknowledged and writes are retried", registry=r)
         self.storage_ok.set(1)

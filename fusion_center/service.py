@@ -35,13 +35,14 @@ from fusion_center.merge import TimestampMerger, aggregate
 from fusion_center.metrics import FusionMetrics
 from fusion_center.store import AggregateStore
 from rase_common.channels import Source
-from rase_common.clock import ScaledClock, WallClock
+from rase_common.clock import ScaledClock, SteadyClock, WallClock
 from rase_common.errors import Backoff, ConfigError, Outage, StorageError, TransportError
 from rase_common.kafka import KafkaSource
 from rase_common.loop import Wakeup
 from rase_common.mqtt import MqttLink, MqttSource
 from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
+from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.window import WindowMessage
 from rase_common.quarantine import Quarantine
 from rase_common.service import Service
@@ -49,6 +50,7 @@ from rase_common.service import Service
 log = logging.getLogger(__name__)
 LARGE = 20_000  # estimate in a worker thread above this many reports
 BATCH = 5000
+STORE_EVERY_S = 0.05   # a backlog of timestamps is stored in commits of this much estimating each
 
 
 class FusionService(Service):
@@ -59,7 +61,8 @@ class FusionService(Service):
         self.cfg = cfg
         self.config_path = Path(config_path) if config_path else None
         self._config_mtime: float | None = None
-        self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
+        # Lateness and merge deadlines are judged on time a wall-clock step cannot move (SteadyClock).
+        self.clock = clock or (SteadyClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
         self.metrics = metrics or FusionMetrics()
         self.precision = cfg.precision
         self.merger = TimestampMerger(set(cfg.regions), cfg.merge_deadline_s)
@@ -95,6 +98,11 @@ class FusionService(Service):
         stack.callback(self.store.close)
         self.quarantine = Quarantine(self.store.db, self.metrics.rejected, log)
         self._restore()
+        stored = self.store.load_control()
+        if stored is not None:
+            self.precision = ControlMessage.model_validate_json(stored)
+            self._adopt(self.cfg.precision)
+        await asyncio.to_thread(self._warm_up)
         if self.cfg.metrics_port is not None:
             self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
         self.link = self.make_link()
@@ -105,7 +113,7 @@ class FusionService(Service):
         await self.source.start()
         stack.push_async_callback(self.source.stop)
         self.publisher = OutboxSender("fusion publishing", unsent=self.store.unpublished, send=self._publish,
-                                      mark_sent=lambda row: self.store.mark_published(row[0], row[1]),
+                                      mark_sent=lambda row: self.store.mark_published(row[0], row[1], row[3]),
                                       outage=self.publishing, storage=self.storage, wakeup=self.outbox_wakeup)
         if self.cfg.central_target is not None:
             ct = self.cfg.central_target
@@ -114,6 +122,18 @@ class FusionService(Service):
                      "fogs with shuffle_mode = \"uniform\": each aggregate's privacy_unit.central_target says "
                      "whether its windows met it",
                      ct.eps, ct.delta, ct.devices, self.precision.eps_levels[0])
+
+    def _warm_up(self) -> None:
+        """Estimate one made-up timestamp before taking any window: the
+        estimators' first call imports scipy and builds tables (seconds on a
+        busy machine), which must not stall the first real timestamps."""
+        p = self.precision
+        value = 0.0 if p.mechanism in ("binary", "categorical") else p.x_min
+        window = WindowMessage.uniform("warm-up", 0, [value] * 12, eps=p.eps_levels[0], kind=p.mechanism)
+        try:
+            aggregate(0, [window], p, {"warm-up"}, level=self.cfg.level, bootstrap_b=self.cfg.bootstrap_b)
+        except Exception as err:  # noqa: BLE001 - best effort: the real timestamps report real errors
+            log.debug("estimator warm-up: %r", err)
 
     def make_link(self) -> MqttLink:
         subs = [(topics.WINDOWS_FILTER, 1)] if self._source is None and self.cfg.source == "mqtt" else []
@@ -170,20 +190,49 @@ class FusionService(Service):
             except Exception as err:  # noqa: BLE001 - a bug this input triggers must not stop the service
                 log.exception("window could not be processed; quarantined")
                 invalid.append(("internal", repr(err), r))
-        fresh = [(w, r) for w, r in valid if not self.store.has_aggregate("all", w.t)]
-        added = self.store.add_windows([(w.region, w.t, w.model_dump_json(), now) for w, _ in fresh])
+        horizon = self._revise_horizon_t()
+        schedule = self.precision.schedule()
+        now_t = schedule.t_of(now)
+        oldest_t = schedule.t_of(now - self.cfg.max_window_age_s)
+        fresh, revises, too_late = [], [], 0
+        for w, r in valid:
+            if w.region not in self.merger.known:
+                invalid.append(("unknown_region", f"region {w.region!r} is not one of {sorted(self.merger.known)}",
+                                r))
+                continue
+            if not oldest_t <= w.t <= now_t + 2:
+                invalid.append(("t_implausible", f"t={w.t} is not within [{oldest_t}, {now_t + 2}]", r))
+                continue
+            stored = self.store.revision("all", w.t)
+            if stored is not None and w.t < horizon:
+                too_late += 1                  # its t can no longer be revised (its windows are pruned)
+                continue
+            fresh.append((w, r))
+            revises.append(stored is not None)
+        added = self.store.add_windows([(w.region, w.t, w.revision, w.model_dump_json(), now) for w, _ in fresh])
         for reason, detail, r in invalid:
             self.quarantine.put("windows", reason, detail, r.payload, now)
-        self.metrics.late.inc(len(valid) - len(fresh))
-        for (w, _), new in zip(fresh, added):
+        self.metrics.late.inc(too_late)
+        for (w, r), new, revise in zip(fresh, added, revises):
             if new:
-                self.merger.add(w, now)
+                self.merger.add(w, now, revises=revise)
                 self.metrics.consumed.inc()
+            elif self.store.window_payload(w.region, w.t, w.revision) != w.model_dump_json():
+                # The fog re-sends the same bytes; a different window for a stored (region, t) is not its.
+                self.metrics.conflicts.inc()
+                self.quarantine.put("windows", "conflicting_window", f"a second, different window for region "
+                                    f"{w.region}, t={w.t} (revision {w.revision}); the first one stands", r.payload,
+                                    now)
             else:
                 self.metrics.duplicates.inc()
         self.source.ack(got)
         if fresh:
             self.due.set()
+
+    def _revise_horizon_t(self) -> int:
+        schedule = self.precision.schedule()
+        now_t = schedule.t_of(self.clock.now())
+        return now_t - int(self.cfg.revise_for_s // schedule.period_s) - 1
 
     # -- closing ------------------------------------------------------------------
     async def _closer(self) -> None:
@@ -217,16 +266,26 @@ class FusionService(Service):
         return agg, est, time.perf_counter() - t0
 
     async def _close_due(self) -> int:
-        closed = 0
+        """Estimate every due timestamp, yielding between them (so intake and
+        a stop are never held up), and store their aggregates a few at a time:
+        one commit (one fsync) per STORE_EVERY_S of estimating, not per t."""
+        done, closed, since = [], 0, time.monotonic()
         for t in self.merger.due(self.clock.now()):
             first = self.merger.first_seen.get(t, self.clock.now())
             windows = self.merger.pop(t)
-            n = sum(w.n for w in windows)
+            before = self.store.revision("all", t)
+            # A late batch revises t: its aggregate is estimated again over every window of t.
+            everything = windows if before is None else \
+                [WindowMessage.model_validate_json(p) for p in self.store.aggregated_windows(t)] + windows
+            n = sum(w.n for w in everything)
             try:
                 if n > LARGE:
-                    agg, est, secs = await asyncio.to_thread(self._estimate, t, windows)
+                    agg, est, secs = await asyncio.to_thread(self._estimate, t, everything)
                 else:
-                    agg, est, secs = self._estimate(t, windows)
+                    agg, est, secs = self._estimate(t, everything)
+                    await asyncio.sleep(0)
+                if before is not None:
+                    agg = agg.model_copy(update={"revision": before + 1})
             except Exception as err:  # noqa: BLE001 - windows that cannot be estimated must not stop the service
                 # Valid windows whose values this deployment cannot estimate (e.g. a kind that does not
                 # fit its settings): quarantined and dropped, or every restart would fail on them again.
@@ -236,31 +295,44 @@ class FusionService(Service):
                 self.store.drop_windows(t)
                 continue
             self.metrics.estimator_seconds.observe(secs)
-            try:
-                stored = self.store.store_aggregate("all", t, agg.model_dump_json(), self.clock.now())
-            except StorageError:
-                for w in windows:                  # they stay pending, and on disk, until it can be stored
+            # At once, not after the commit: the next timestamp's windowed averages include this one.
+            self.history.add(agg.mechanism, t, est)
+            done.append((t, first, windows, agg, est))
+            if time.monotonic() - since >= STORE_EVERY_S:
+                closed += self._store(done)
+                done, since = [], time.monotonic()
+        return closed + (self._store(done) if done else 0)
+
+    def _store(self, done: list) -> int:
+        try:
+            stored = self.store.store_aggregates("all", [(t, agg.model_dump_json(), agg.revision)
+                                                         for t, _, _, agg, _ in done], self.clock.now())
+        except StorageError:
+            for _, first, windows, _, _ in done:      # they stay pending, and on disk, until they can be stored
+                for w in windows:
                     self.merger.add(w, first)
-                raise
-            if stored:
+            raise
+        for (t, first, _, agg, est), new in zip(done, stored):
+            if new:
                 self.metrics.closed.inc()
                 self.metrics.show_aggregate(agg, est)
                 if not agg.complete:
                     self.metrics.incomplete.inc()
-                self.history.add(agg.mechanism, t, est)
                 self.metrics.lag.observe(max(0.0, (self.clock.now() - first) / getattr(self.clock, "speedup", 1)))
-                self.outbox_wakeup.set()
-            closed += 1
-        return closed
+        self.store.prune_windows(self._revise_horizon_t())
+        self.outbox_wakeup.set()
+        return len(done)
 
     # -- publishing ------------------------------------------------------------------
-    async def _publish(self, row: tuple[str, int, str]) -> None:
-        _scope, t, payload = row
+    async def _publish(self, row: tuple[str, int, str, int]) -> None:
+        _scope, t, payload, _revision = row
         if not self.connected:
             raise TransportError("not connected to the broker")
-        # Both QoS 1 publishes queued at once; marked published once both PUBACKs came.
-        futs = [self.link.publish_nowait(topics.aggregate_topic(t), payload),
-                self.link.publish_nowait(topics.AGGREGATE_LATEST_TOPIC, payload, retain=True)]
+        # QoS 1 publishes queued at once; marked published once every PUBACK came. A revision
+        # of an older t goes to its own topic only: `latest` never goes back in time.
+        futs = [self.link.publish_nowait(topics.aggregate_topic(t), payload)]
+        if t >= (self.store.newest_t() or t):
+            futs.append(self.link.publish_nowait(topics.AGGREGATE_LATEST_TOPIC, payload, retain=True))
         try:
             await asyncio.wait_for(asyncio.gather(*futs), 10.0)
         except asyncio.TimeoutError:
@@ -274,11 +346,15 @@ class FusionService(Service):
             key = (self.precision, self.link.connects)
             if self.connected and self._control_sent != key:
                 try:
-                    await self.link.publish(topics.CONTROL_TOPIC, self.precision.model_dump_json(), retain=True)
+                    payload = self.precision.model_dump_json(exclude_none=True)
+                    self.store.save_control(payload)
+                    await self.link.publish(topics.CONTROL_TOPIC, payload, retain=True)
                     self._control_sent = key
                     log.info("control message broadcast: %s", json.dumps(self.precision.model_dump()))
                 except TransportError as err:
                     log.debug("control message not published yet: %s", err)
+                except StorageError as err:
+                    self.storage.failed(err)
             await self.control_wakeup.wait(None, 1.0)
 
     def _check_config_change(self) -> None:
@@ -296,6 +372,24 @@ class FusionService(Service):
         except ConfigError as err:
             log.error("config change ignored: %s", err)
             return
-        if new.precision != self.precision:
-            self.precision = new.precision
-            log.info("precision changed in %s", self.config_path)
+        self._adopt(new.precision)
+
+    def _adopt(self, configured: ControlMessage) -> None:
+        """Follow the config's [precision]. A new period or epoch0 is not
+        applied as is (t would jump, and devices never report a t they have
+        passed): it becomes a schedule change at a stated t, continuing t."""
+        cur = self.precision
+        if cur.same_schedule_as(configured.period_s, configured.epoch0):
+            keep = {k: getattr(cur, k) for k in ("epoch0", "since_t", "previous_period_s", "previous_epoch0")}
+            new = ControlMessage(**{**configured.model_dump(), **keep})
+        else:
+            lead = self.cfg.schedule_lead_periods * max(cur.period_s, configured.period_s)
+            base = ControlMessage(**{**configured.model_dump(), **{k: getattr(cur, k) for k in (
+                "period_s", "epoch0", "since_t", "previous_period_s", "previous_epoch0")}})
+            new = base.rescheduled(configured.period_s, configured.epoch0, self.clock.now(), lead)
+            log.info("schedule change: period %g s -> %g s from t=%d (%s UTC), t continues", cur.period_s,
+                     new.period_s, new.since_t, time.strftime("%Y-%m-%d %H:%M:%S",
+                                                              time.gmtime(new.schedule().switch_unix())))
+        if new != cur:
+            self.precision = new
+            log.info("precision changed%s", f" in {self.config_path}" if self.config_path else "")

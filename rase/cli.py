@@ -12,20 +12,12 @@ from pathlib import Path
 from edge_agent.mechanisms import MECHANISMS
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from rase_common.errors import ConfigError
+from rase_common.service import run_service
 
 
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-
-
-def _run_until_interrupted(coro) -> int:
-    """Run a service until it returns or Ctrl-C (its finally blocks clean up)."""
-    try:
-        asyncio.run(coro)
-    except KeyboardInterrupt:
-        pass
-    return 0
 
 
 def _run_tool(coro):
@@ -59,7 +51,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         print(f"source: a REFIT replay of house {cfg.source.house}, appliance {cfg.source.appliance} "
               "(recorded data, not a live sensor)")
         source = refit_source(cfg.source, cfg.device, WallClock().now())
-    return _run_until_interrupted(AgentService(cfg, source=source).run(max_reports=args.max_reports))
+    return run_service(AgentService(cfg, source=source, max_reports=args.max_reports))
 
 
 def cmd_flash(args: argparse.Namespace) -> int:
@@ -73,16 +65,38 @@ def cmd_flash(args: argparse.Namespace) -> int:
             pin = board_deps.UMQTT_SIMPLE
             print(f"cached {pin.project} {pin.version} (sha256 checked) at {path}")
             return 0
+        if args.config is None:
+            print("rase flash: --config is required: a board needs its own device name, the broker's address "
+                  "as the board reaches it, and Wi-Fi (copy configs/agent.example.toml; see docs/boards.md)",
+                  file=sys.stderr)
+            return 2
         cfg = AgentConfig.load(args.config)
         if args.bundle_only:
-            files = build_bundle(cfg, Path(args.bundle_only), sensor=args.sensor, umqtt=args.umqtt)
+            files = build_bundle(cfg, Path(args.bundle_only), sensor=args.sensor, umqtt=args.umqtt, ca=args.ca)
             print(f"wrote {len(files)} files to {args.bundle_only}")
             return 0
-        source = flash_board(cfg, args.port, sensor=args.sensor, umqtt=args.umqtt)
+        source = flash_board(cfg, args.port, sensor=args.sensor, umqtt=args.umqtt, ca=args.ca)
     except (FlashError, board_deps.BoardDepsError) as err:
         print(f"rase flash: {err}", file=sys.stderr)
         return 1
     print(f"flashed {cfg.device} to {args.port} (umqtt: {source}); reset the board to start")
+    return 0
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from rase_common.certs import CertsError, make_pki
+
+    try:
+        pki = make_pki(Path(args.out), args.host, clients=args.client or [], days=args.days)
+    except CertsError as err:
+        print(f"rase certs: {err}", file=sys.stderr)
+        return 1
+    print(f"CA:     {pki.ca_cert} (key {pki.ca_key}: keep it private)")
+    print(f"server: {pki.server_cert}, {pki.server_key} for {', '.join(args.host)}")
+    for name, (cert, key) in pki.clients.items():
+        print(f"client: {cert}, {key} ({name})")
+    print(f"Mosquitto: cafile {pki.ca_cert} / certfile {pki.server_cert} / keyfile {pki.server_key}; "
+          f"boards: rase flash --ca {pki.ca_cert}; services: [broker] tls = true, ca_file = \"{pki.ca_cert}\"")
     return 0
 
 
@@ -97,7 +111,7 @@ def cmd_fog(args: argparse.Namespace) -> int:
     if args.config is None:
         print("rase fog: --config is required", file=sys.stderr)
         return 2
-    return _run_until_interrupted(FogService(FogConfig.load(args.config)).run())
+    return run_service(FogService(FogConfig.load(args.config)))
 
 
 def cmd_fog_release(args: argparse.Namespace) -> int:
@@ -151,13 +165,13 @@ def cmd_fusion(args: argparse.Namespace) -> int:
     from fusion_center.config import FusionConfig
     from fusion_center.service import FusionService
 
-    return _run_until_interrupted(FusionService(FusionConfig.load(args.config), config_path=args.config).run())
+    return run_service(FusionService(FusionConfig.load(args.config), config_path=args.config))
 
 
 def cmd_broker_metrics(args: argparse.Namespace) -> int:
     from rase_common.broker_metrics import BrokerMetricsBridge, BrokerMetricsConfig
 
-    return _run_until_interrupted(BrokerMetricsBridge(BrokerMetricsConfig.load(args.config)).run())
+    return run_service(BrokerMetricsBridge(BrokerMetricsConfig.load(args.config)))
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -533,11 +547,19 @@ def _eval_attack(args: argparse.Namespace, data: Path, out: Path) -> int:
 
 def cmd_acl(args: argparse.Namespace) -> int:
     from fog_shuffler.config import FogConfig
-    from rase.acl import build_acl
+    from fusion_center.config import FusionConfig
+    from rase.acl import FogUsers, build_acl
 
-    cfg = FogConfig.load(args.fog_config)
-    devices = [d for rc in cfg.regions.values() for d in rc.all_devices()]
-    print(build_acl(devices, subscribers=args.subscriber or ["dashboard"]), end="")
+    fogs = []
+    for path in args.fog_config or [Path("configs/fog.example.toml")]:
+        cfg = FogConfig.load(path)
+        fogs.append(FogUsers(cfg.name, {r: sorted(rc.all_devices()) for r, rc in cfg.regions.items()}))
+    fusion = FusionConfig.load(args.fusion_config)
+    try:
+        acl = build_acl(fogs, fusion=f"fusion-{fusion.name}", subscribers=args.subscriber or ["dashboard"])
+    except ValueError as err:
+        raise ConfigError(f"fog configs {', '.join(map(str, args.fog_config or []))}: {err}") from err
+    print(acl, end="")
     return 0
 
 
@@ -572,7 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_agent)
 
     f = sub.add_parser("flash", help="build a MicroPython board bundle and copy it with mpremote")
-    f.add_argument("--config", type=Path, default=Path("configs/agent.example.toml"))
+    f.add_argument("--config", type=Path, help="this device's config (TOML, as configs/agent.example.toml)")
+    f.add_argument("--ca", type=Path, help="the deployment's CA certificate for TLS (default: [broker] ca_file)")
     g = f.add_mutually_exclusive_group(required=True)
     g.add_argument("--port", help="serial port of the board, e.g. /dev/ttyACM0")
     g.add_argument("--bundle-only", metavar="DIR", help="write the bundle to DIR, no board needed")
@@ -583,6 +606,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="umqtt/simple.py to bundle (default: the board's own, else the cached pinned release, "
                         "else fetched from the package index)")
     f.set_defaults(func=cmd_flash)
+
+    ce = sub.add_parser("certs", help="make a development CA and the broker's (and clients') TLS certificates")
+    ce.add_argument("--out", default="certs", help="folder for ca.crt, server.crt and keys (a CA there is reused)")
+    ce.add_argument("--host", action="append", required=True,
+                    help="the broker's name or IP address as clients reach it (repeatable)")
+    ce.add_argument("--client", action="append", help="also issue a client certificate with this name (repeatable)")
+    ce.add_argument("--days", type=int, default=825, help="validity of the server and client certificates")
+    ce.set_defaults(func=cmd_certs)
 
     fg = sub.add_parser("fog", help="run the fog shuffler; `rase fog release` lets a quarantined device in again",
                         description="Run the fog shuffler (`rase fog --config FILE`), or act on its quarantine of "
@@ -711,9 +742,16 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--fractions", default="0.01,0.05", help="poison: shares of the devices that attack")
     ev.set_defaults(func=cmd_eval)
 
-    ac = sub.add_parser("acl", help="print the Mosquitto ACL for the devices of a fog config")
-    ac.add_argument("--fog-config", type=Path, default=Path("configs/fog.example.toml"))
-    ac.add_argument("--subscriber", action="append", help="a user that may read aggregates (repeatable)")
+    ac = sub.add_parser("acl", help="print the Mosquitto ACL for every fog's regions and devices",
+                        description="Print one Mosquitto ACL for a whole deployment: a user fog-<name> per fog "
+                                    "config (its own regions only), fusion-<name> for the fusion center, one "
+                                    "per subscriber and one per registered device.")
+    ac.add_argument("--fog-config", type=Path, action="append",
+                    help="a fog's config (repeat for every fog; default: configs/fog.example.toml)")
+    ac.add_argument("--fusion-config", type=Path, default=Path("configs/fusion.example.toml"),
+                    help="the fusion center's config (its user is fusion-<name>)")
+    ac.add_argument("--subscriber", action="append", help="a user that may read aggregates (repeatable; "
+                                                          "default: dashboard)")
     ac.set_defaults(func=cmd_acl)
 
     d = sub.add_parser("demo", help="the pipeline on an embedded broker with the bundled REFIT excerpt")

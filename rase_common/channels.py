@@ -82,14 +82,18 @@ class MemorySource:
 @dataclass
 class MemorySink:
     """Keeps what was sent; `fail` (a count or forever with -1) makes the next
-    sends raise a retriable TransportError, `delay_s` makes each send slow."""
+    sends raise a retriable TransportError, `delay_s` makes each send slow,
+    and `hold` (an asyncio.Event) makes sends wait until it is set."""
     sent: list[tuple[str, str]] = field(default_factory=list)
     fail: int = 0
     delay_s: float = 0.0
     attempts: int = 0
+    hold: asyncio.Event | None = None
 
     async def send(self, key: str, payload: str) -> None:
         self.attempts += 1
+        if self.hold is not None:
+            await self.hold.wait()
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.fail:

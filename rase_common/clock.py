@@ -4,6 +4,7 @@ tests are deterministic. now() returns unix seconds (float)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 
@@ -66,3 +67,63 @@ class SharedManualClock(ManualClock):
 
     def set(self, unix_s: float) -> None:
         self._value.value = max(self._value.value, unix_s)
+
+
+class SteadyClock:
+    """Wall time that a step of the system clock cannot move: monotonic time
+    anchored to the wall clock (the fog judges lateness against it, and a
+    +-60 s NTP step must not make it refuse a minute of reports).
+
+    Small differences from the wall clock (< step_s: NTP slewing, drift) are
+    followed gently, at most `slew` seconds per second. A larger difference is
+    a step: it is logged and held off; only if it persists for hold_s (a real
+    correction, not a transient) does the clock adopt it, logging again.
+    `wall` and `mono` are injectable for tests."""
+
+    speedup = 1.0
+
+    def __init__(self, *, step_s: float = 1.0, hold_s: float = 30.0, slew: float = 0.01, check_every_s: float = 1.0,
+                 wall=time.time, mono=time.monotonic, log=None):  # noqa: ANN001
+        if not (step_s > 0 and hold_s >= 0 and 0 <= slew < 1):
+            raise ValueError("SteadyClock needs step_s > 0, hold_s >= 0 and slew in [0, 1)")
+        self.step_s, self.hold_s, self.slew, self.check_every_s = step_s, hold_s, slew, check_every_s
+        self._wall, self._mono = wall, mono
+        self._log = log or logging.getLogger(__name__)
+        self._anchor_mono = mono()
+        self._anchor_wall = wall()
+        self._checked = self._anchor_mono
+        self._step_since: float | None = None
+        self.steps_held = 0          # steps seen and held off
+        self.steps_adopted = 0
+
+    def now(self) -> float:
+        m = self._mono()
+        if m - self._checked >= self.check_every_s:
+            self._check(m)
+        return self._anchor_wall + (m - self._anchor_mono)
+
+    def _check(self, m: float) -> None:
+        ours = self._anchor_wall + (m - self._anchor_mono)
+        off = self._wall() - ours
+        elapsed = m - self._checked
+        self._checked = m
+        if abs(off) < self.step_s:
+            if self._step_since is not None:
+                self._log.warning("the wall clock is back in line with this service's clock")
+                self._step_since = None
+            limit = self.slew * elapsed
+            self._anchor_wall += max(-limit, min(limit, off))
+            return
+        if self._step_since is None:
+            self._step_since = m
+            self.steps_held += 1
+            self._log.warning("the wall clock jumped by %+.1f s; keeping monotonic time for now (a step that lasts "
+                              "%g s is adopted)", off, self.hold_s)
+        elif m - self._step_since >= self.hold_s:
+            self._anchor_wall, self._anchor_mono = ours + off, m
+            self._step_since = None
+            self.steps_adopted += 1
+            self._log.warning("adopting the wall clock's step of %+.1f s (it lasted %g s)", off, self.hold_s)
+
+    async def sleep_until(self, unix_s: float) -> None:
+        await asyncio.sleep(max(0.0, unix_s - self.now()))

@@ -4,21 +4,32 @@ windows) and a Source (the fusion center's consumer group).
 The topic `rase.windows` carries one window per record, key = region, so the
 windows of one region keep their order on one partition. Kafka errors become
 TransportError (retriable) here; the services' retry loops back off on that.
+
+Security is aiokafka's own: `security_protocol` (PLAINTEXT, SSL, SASL_SSL,
+SASL_PLAINTEXT), a CA to verify the broker (and optionally a client
+certificate), and SASL with SCRAM-SHA-512 (or -256, or PLAIN) for a user
+whose password is given inline or, in a deployment, as a file (a Docker
+secret). The password file is read when a client is built, so a restart
+picks up a rotated secret.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from rase_common.errors import TransportError
+from rase_common.errors import ConfigError, TransportError
+from rase_common.settings import read_secret
 
 log = logging.getLogger(__name__)
 WINDOWS_TOPIC = "rase.windows"
+STOP_TIMEOUT_S = 2.0
 
 
 class KafkaConfig(BaseModel):
@@ -32,6 +43,64 @@ class KafkaConfig(BaseModel):
     idempotent: bool = True
     request_timeout_s: float = Field(10.0, gt=0)
     client_id: str | None = None
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT"] = "PLAINTEXT"
+    ssl_ca_file: Path | None = None     # the CA that signed the broker's certificate (None: the system's CAs)
+    ssl_cert_file: Path | None = None   # a client certificate, for brokers that require one (mutual TLS)
+    ssl_key_file: Path | None = None
+    sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    sasl_password_file: Path | None = None   # e.g. /run/secrets/kafka-password (one line)
+
+    @model_validator(mode="after")
+    def _security(self) -> "KafkaConfig":
+        """Checks what the chosen protocol uses; settings it does not use are
+        ignored, so one environment override (RASE_..._KAFKA__SECURITY_PROTOCOL)
+        can switch security off for a development broker."""
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            if (self.ssl_cert_file is None) != (self.ssl_key_file is None):
+                raise ValueError("ssl_cert_file and ssl_key_file go together")
+        if self.security_protocol.startswith("SASL_"):
+            if not self.sasl_username:
+                raise ValueError(f"security_protocol {self.security_protocol} needs sasl_username")
+            if (self.sasl_password is None) == (self.sasl_password_file is None):
+                raise ValueError("give exactly one of sasl_password and sasl_password_file")
+        return self
+
+    def password(self) -> str | None:
+        """The SASL password (read from its file now, if it is given as one)."""
+        if self.sasl_password_file is not None:
+            return read_secret(self.sasl_password_file, "kafka.sasl_password_file")
+        return self.sasl_password.get_secret_value() if self.sasl_password is not None else None
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments for AIOKafkaProducer and AIOKafkaConsumer:
+        bootstrap servers, client id and security. A TLS context always
+        verifies the broker's certificate and host name. An unreadable file
+        is a ConfigError naming it."""
+        opts: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers, "client_id": self.client_id,
+                                "security_protocol": self.security_protocol}
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            from aiokafka.helpers import create_ssl_context
+
+            try:
+                opts["ssl_context"] = create_ssl_context(cafile=self.ssl_ca_file, certfile=self.ssl_cert_file,
+                                                         keyfile=self.ssl_key_file)
+            except (OSError, ssl.SSLError) as err:
+                raise ConfigError(f"kafka.ssl_*_file ({self.ssl_ca_file}, {self.ssl_cert_file}): {err}") from err
+        if self.security_protocol.startswith("SASL_"):
+            opts.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
+                        sasl_plain_password=self.password())
+        return opts
+
+
+def quiet_aiokafka() -> None:
+    """aiokafka logs a warning or an error per internal retry and connection
+    attempt (dozens a second while a broker is down). What fails reaches the
+    services as an exception, and they report an outage once when it starts
+    and once when it ends (rase_common.errors.Outage), with the error; so
+    aiokafka's own lines are silenced."""
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
 class KafkaSink:
@@ -42,14 +111,18 @@ class KafkaSink:
     def __init__(self, cfg: KafkaConfig):
         self.cfg = cfg
         self.producer = None
+        quiet_aiokafka()
 
     async def _producer(self):  # noqa: ANN202
         if self.producer is None:
             from aiokafka import AIOKafkaProducer
 
-            producer = AIOKafkaProducer(bootstrap_servers=self.cfg.bootstrap_servers, acks="all",
-                                        enable_idempotence=self.cfg.idempotent, client_id=self.cfg.client_id,
-                                        request_timeout_ms=int(self.cfg.request_timeout_s * 1000))
+            try:
+                producer = AIOKafkaProducer(**self.cfg.client_options(), acks="all",
+                                            enable_idempotence=self.cfg.idempotent,
+                                            request_timeout_ms=int(self.cfg.request_timeout_s * 1000))
+            except ValueError as err:   # an unreadable password file: retried like an unreachable broker
+                raise TransportError(f"Kafka client settings: {err}") from err
             try:
                 await producer.start()
             except Exception as err:  # aiokafka raises its own and OSError subclasses
@@ -72,7 +145,7 @@ class KafkaSink:
     async def stop(self) -> None:
         producer, self.producer = self.producer, None
         if producer is not None:
-            await _quietly(producer.stop())
+            await _quietly(asyncio.wait_for(producer.stop(), STOP_TIMEOUT_S))
 
 
 async def _quietly(coro) -> None:  # noqa: ANN001
@@ -107,13 +180,14 @@ class KafkaSource:
         self._fetcher: asyncio.Task | None = None
         self._committer: asyncio.Task | None = None
         self.commit_failures = 0
+        quiet_aiokafka()
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer
 
-        consumer = AIOKafkaConsumer(self.cfg.topic, bootstrap_servers=self.cfg.bootstrap_servers,
+        consumer = AIOKafkaConsumer(self.cfg.topic, **self.cfg.client_options(),
                                     group_id=self.cfg.group_id, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", client_id=self.cfg.client_id,
+                                    auto_offset_reset="earliest",
                                     request_timeout_ms=int(self.cfg.request_timeout_s * 1000) + 30_000)
         await consumer.start()  # aiokafka retries a missing broker itself
         self.consumer = consumer
@@ -173,6 +247,8 @@ class KafkaSource:
                     pass
         self._fetcher = self._committer = None
         if self.consumer is not None:
-            await self.commit()
-            await _quietly(self.consumer.stop())
+            # Bounded: a stop (SIGTERM) must not wait on a slow broker. What is not
+            # committed is delivered again and dropped by the store as a duplicate.
+            await _quietly(asyncio.wait_for(self.commit(), STOP_TIMEOUT_S))
+            await _quietly(asyncio.wait_for(self.consumer.stop(), STOP_TIMEOUT_S))
             self.consumer = None

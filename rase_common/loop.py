@@ -78,13 +78,13 @@ class Wakeup:
         return stop is not None and stop.is_set()
 
 
-def seconds_to_next_period(clock, epoch0: float, period_s: float, cap_s: float = 1.0) -> float:
-    """Wall seconds until the clock crosses its next period boundary (when
-    windows may come due), at most cap_s. A manual clock (speedup inf) is
-    moved by its driver, which wakes the service itself."""
+def seconds_to_next_boundary(clock, schedule, cap_s: float = 1.0) -> float:
+    """Wall seconds until the clock crosses the schedule's next period
+    boundary (edge_agent.schedule: when windows may come due), at most cap_s.
+    A manual clock (speedup inf) is moved by its driver, which wakes the
+    service itself."""
     speedup = getattr(clock, "speedup", 1.0)
     if speedup == float("inf"):
         return cap_s
     now = clock.now()
-    boundary = epoch0 + ((now - epoch0) // period_s + 1) * period_s
-    return min(cap_s, max(0.0005, (boundary - now) / speedup))
+    return min(cap_s, max(0.0005, (schedule.end_of(schedule.t_of(now)) - now) / speedup))

@@ -27,7 +27,9 @@ from typing import Callable
 from urllib.parse import urlparse
 
 import paho.mqtt.client as mqtt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rase_common.settings import read_secret
 
 from rase_common.errors import Backoff, Outage, TransportError
 
@@ -57,9 +59,16 @@ class BrokerConfig(BaseModel):
     port: int = Field(1883, ge=1, le=65535)
     username: str | None = None
     password: str | None = None
+    password_file: Path | None = None   # the password in a file (a Docker secret)
     tls: bool = False
     ca_file: Path | None = None
     keepalive_s: int = Field(60, ge=5)
+
+    @model_validator(mode="after")
+    def _password_file(self) -> "BrokerConfig":
+        if self.password_file is not None and self.password is not None:
+            raise ValueError("give password or password_file, not both")
+        return self
 
     @classmethod
     def from_url(cls, url: str) -> "BrokerConfig":
@@ -96,7 +105,8 @@ def connect_in_background(client: Client, broker: BrokerConfig, outage: Outage |
             user_disconnect(c, userdata, flags, reason_code, properties)
 
     def on_connect_fail(c, userdata):  # noqa: ANN001
-        outage.failed(TransportError("cannot connect"))
+        why = getattr(c, "last_connect_error", None)
+        outage.failed(TransportError(f"cannot connect: {why}" if why else "cannot connect"))
         if user_fail:
             user_fail(c, userdata)
 
@@ -151,6 +161,14 @@ class Client(mqtt.Client):
 
     DRAIN_PACKETS = 256
     reconnect_backoff: Backoff | None = None    # set by paho_client; reset on every CONNACK
+    last_connect_error: OSError | None = None   # why the last (re)connect failed: paho's loop swallows it
+
+    def reconnect(self) -> mqtt.MQTTErrorCode:
+        try:
+            return super().reconnect()
+        except OSError as err:      # refused, unreachable, or a TLS certificate that does not verify
+            self.last_connect_error = err
+            raise
 
     def _reconnect_wait(self) -> None:  # noqa: D401 - paho's hook, guarded by BACKOFF_RECONNECT
         if self.reconnect_backoff is None or not BACKOFF_RECONNECT:
@@ -223,7 +241,8 @@ def paho_client(broker: BrokerConfig, client_id: str, *, clean_session: bool = T
     c = Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311,
                clean_session=clean_session, manual_ack=manual_ack)
     if broker.username:
-        c.username_pw_set(broker.username, broker.password)
+        c.username_pw_set(broker.username, broker.password if broker.password_file is None
+                          else read_secret(broker.password_file, "broker.password_file"))
     if broker.tls:
         # CERT_REQUIRED and host name checking: a broker without a certificate
         # from this CA (or for another name) is refused before credentials are sent.

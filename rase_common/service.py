@@ -25,6 +25,8 @@ import signal
 from collections.abc import Coroutine
 from typing import Any
 
+from rase_common.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -80,7 +82,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 def run_service(service: Service, stop: asyncio.Event | None = None) -> int:
     """Run a service in a fresh event loop until it ends or SIGTERM/SIGINT
     arrives; then let it close cleanly. Returns the process exit code: 0
-    after a signal or a normal end, 1 after a failure."""
+    after a signal or a normal end, 2 when it cannot start (a ConfigError:
+    one line naming what), 1 after any other failure."""
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
@@ -95,8 +98,11 @@ def run_service(service: Service, stop: asyncio.Event | None = None) -> int:
         try:
             await service.run(stopping)
             return 0
+        except ConfigError as err:
+            log.error("%s cannot start: %s", getattr(service, "name", "service"), err)
+            return 2
         except Exception as err:  # noqa: BLE001 - reported once, as the exit status
-            log.error("%s stopped by an error: %s", service.name, err)
+            log.exception("%s stopped by an error: %s", getattr(service, "name", "service"), err)
             return 1
         finally:
             for sig in installed:

@@ -21,6 +21,14 @@ _TOML_PATH: contextvars.ContextVar[Path | None] = contextvars.ContextVar("rase_t
 S = TypeVar("S", bound="TomlSettings")
 
 
+def read_secret(path: Path, field: str) -> str:
+    """A password kept in a file (a Docker secret): its first line."""
+    try:
+        return path.read_text().splitlines()[0] if path.stat().st_size else ""
+    except OSError as err:
+        raise ConfigError(f"{field}: cannot read {path}: {err.strerror}") from err
+
+
 def format_validation_error(err: ValidationError, source: str) -> str:
     lines = []
     for e in err.errors():

@@ -4,10 +4,17 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
 
 from simulators.brokers import Mosquitto, Tansu
 
 ROOT = Path(__file__).resolve().parent.parent
+# Property-based tests: a few hundred examples while developing (`make unit`),
+# 10,000 in `make test` and CI (HYPOTHESIS_PROFILE=ci).
+settings.register_profile("dev", max_examples=300)
+settings.register_profile("ci", max_examples=10_000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # Board dependencies come from the checkout's own cache, filled by `make umqtt`
 # (part of `make test`), never from the user's home.
 os.environ["RASE_CACHE_DIR"] = str(ROOT / ".tools" / "cache")

@@ -101,3 +101,10 @@ class ServiceThread:
         self.thread.join(30)
         if self.error is not None:
             raise self.error
+
+
+def recent_epoch0(period_s: float = 8.0, now_t: int = 1000) -> float:
+    """An epoch0 that makes the wall clock's t now_t: a test's small t
+    (1, 2, ...) are then a little behind the clock, plausible to the fusion
+    center (its max_window_age_s)."""
+    return time.time() - period_s * now_t

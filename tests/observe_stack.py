@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 import yaml
 
 from edge_agent.config import AgentConfig
+from simulators.refit import refit_source
 from edge_agent.service import AgentService
 from simulators.brokers import BrokerProcess, Mosquitto, free_port, wait_port
 from tests.mqtt_helpers import ServiceThread
@@ -104,8 +105,8 @@ port = {port}
 def _agent(stack: Stack, device: str, region: str, house: int, appliance: int) -> ServiceThread:
     cfg = AgentConfig.load(None, device=device, region=region, eps=1.0, period_s=PERIOD_S,
                            ledger_path=stack.work / "ledgers" / f"{device}.json",
-                           source={"house": house, "appliance": appliance}, broker={"port": stack.mosquitto.port})
-    return ServiceThread(AgentService(cfg))
+                           source={"kind": "refit", "house": house, "appliance": appliance}, broker={"port": stack.mosquitto.port})
+    return ServiceThread(AgentService(cfg, source=refit_source(cfg.source, device, time.time())))
 
 
 @contextlib.contextmanager

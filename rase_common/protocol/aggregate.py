@@ -79,6 +79,9 @@ class Aggregate(BaseModel):
     v: Literal[1] = 1
     scope: str = "all"
     t: int
+    # 0, then one more each time a late batch (reports that reached the fog
+    # after t's window closed) is folded in and the aggregate published again.
+    revision: int = Field(0, ge=0)
     n: int
     regions: list[str]
     complete: bool                       # every known region contributed

@@ -10,9 +10,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
+from edge_agent.mechanisms import DEFAULT_MECHANISM, MECHANISMS, check_mechanism
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
+from edge_agent.policy import LocalPolicy
 from edge_agent.randomizer import Calibration, check_finite
+from edge_agent.schedule import Schedule
 
 
 class ControlMessage(BaseModel):
@@ -26,6 +28,11 @@ class ControlMessage(BaseModel):
     gamma: float = 1.0
     period_s: float = Field(8.0, gt=0)
     epoch0: float = 0.0
+    # A change of schedule (edge_agent.schedule): this one applies from t =
+    # since_t on, the previous one before; t runs on without a gap.
+    since_t: int | None = Field(None, ge=0)
+    previous_period_s: float | None = Field(None, gt=0)
+    previous_epoch0: float | None = None
     eps_levels: list[float] = [1.0]
     # The device mechanism of the whole deployment (edge_agent.mechanisms):
     # "br" = the paper's BR (default), "duchi", "piecewise", "hybrid" for the
@@ -43,7 +50,67 @@ class ControlMessage(BaseModel):
         check_bands(list(self.bands))
         if not self.eps_levels or any(not (e > 0) for e in self.eps_levels):
             raise ValueError("eps_levels must be a non-empty list of numbers > 0")
+        self.schedule()     # since_t and the previous schedule come together and continue t
         return self
+
+    def schedule(self) -> Schedule:
+        """The reporting schedule this message states (t_of, start_of, end_of)."""
+        if self.since_t is None and self.previous_period_s is None and self.previous_epoch0 is None:
+            return Schedule(self.period_s, self.epoch0)
+        if None in (self.since_t, self.previous_period_s, self.previous_epoch0):
+            raise ValueError("since_t, previous_period_s and previous_epoch0 come together")
+        return Schedule(self.period_s, self.epoch0, self.since_t,
+                        Schedule(self.previous_period_s, self.previous_epoch0))
+
+    def same_schedule_as(self, period_s: float, epoch0: float) -> bool:
+        """Whether a config's period_s and epoch0 state this message's schedule
+        (epoch0 only up to whole periods: rescheduling moves it)."""
+        return self.period_s == period_s and ((self.epoch0 - epoch0) / period_s).is_integer()
+
+    def rescheduled(self, period_s: float, epoch0: float, now: float, lead_s: float) -> "ControlMessage":
+        """This message with a new schedule of period_s, its boundaries on
+        epoch0's grid, taking over at its first boundary at least lead_s from
+        now (so devices and the fog hear of it first), t continuing from the
+        current schedule: since_t is the current t there, plus one."""
+        current = self.schedule()
+        earliest = max(now + lead_s, current.switch_unix() or now)
+        switch = epoch0 + -((epoch0 - earliest) // period_s) * period_s      # first boundary >= earliest
+        since = current.t_before(switch) + 1
+        return ControlMessage(**{**self.model_dump(), "period_s": period_s, "epoch0": switch - since * period_s,
+                                 "since_t": since, "previous_period_s": current.period_s,
+                                 "previous_epoch0": current.epoch0})
 
     def calibration(self) -> Calibration:
         return Calibration(beta=self.beta, rho=self.rho, x_min=self.x_min, x_max=self.x_max, gamma=self.gamma)
+
+
+class ControlPolicy(BaseModel):
+    """A receiver's local policy over the control message (edge_agent.policy,
+    the one set of rules): a control message outside these bounds is refused
+    whole, and the receiver keeps its parameters. Devices use it as `[policy]`
+    (they also never use an eps level above their own `eps`), the fog as
+    `[control_policy]`. period_min_s defaults to the receiver's own period."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    period_min_s: float | None = Field(None, gt=0)   # default: the receiver's own period_s
+    period_max_s: float = Field(1e9, gt=0)
+    x_min_floor: float = -1e9
+    x_max_ceiling: float = 1e9
+    gamma_min: float = Field(1e-6, gt=0)
+    gamma_max: float = Field(1e9, gt=0)
+    eps_min: float = Field(0.0, ge=0)
+    eps_max: float = Field(1e9, gt=0)
+    mechanisms: list[str] = list(MECHANISMS)
+
+    def resolved(self, period_s: float) -> dict:
+        d = self.model_dump()
+        d["period_min_s"] = self.period_min_s or period_s
+        return d
+
+    def build(self, period_s: float) -> LocalPolicy:
+        # One set of rules: the device core's own constructor.
+        return LocalPolicy.from_dict(self.resolved(period_s), period_s)
+
+    @model_validator(mode="after")
+    def _valid(self) -> "ControlPolicy":
+        self.build(self.period_min_s or 1.0)
+        return self

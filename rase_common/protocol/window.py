@@ -108,6 +108,10 @@ class WindowMessage(BaseModel):
     alpha: float = Field(gt=0, le=1e6)
     batches: list[LevelBatch] = Field(min_length=1, max_length=64)
     counts: WindowCounts = WindowCounts()
+    # 0: the window of t; 1, 2, ...: a late batch of the same t (reports that
+    # came after the window closed, within the fog's allowed lateness), shuffled
+    # and held to k_min like any window. The fusion center revises t's aggregate.
+    revision: StrictInt = Field(0, ge=0, le=10_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> "WindowMessage":

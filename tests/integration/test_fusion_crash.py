@@ -13,6 +13,7 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from rase_common.protocol.window import WindowMessage
+from tests.mqtt_helpers import recent_epoch0
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +73,8 @@ merge_deadline_s = 60
 bootstrap_b = 200
 store_path = "{db}"
 tick_s = 0.01
+[precision]
+epoch0 = {recent_epoch0()}
 [broker]
 port = {own_mosquitto.port}
 """)

@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from rase_common.protocol.window import WindowMessage
+from tests.mqtt_helpers import recent_epoch0
 from rase_common.kafka import KafkaConfig, KafkaSink
 from tests.integration.test_fusion_crash import assert_each_window_aggregated_once, start, stored, wait_log, wait_stored
 
@@ -31,6 +32,8 @@ bootstrap_b = 200
 store_path = "{db}"
 tick_s = 0.01
 source = "kafka"
+[precision]
+epoch0 = {recent_epoch0()}
 [broker]
 port = {own_mosquitto.port}
 [kafka]

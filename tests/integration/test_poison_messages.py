@@ -19,7 +19,7 @@ from rase_common.protocol.report import Report
 from rase_common.protocol.window import WindowMessage
 from simulators.brokers import free_port
 from tests.integration.test_fusion_crash import stored, wait_log
-from tests.mqtt_helpers import Recorder, publish_once, publish_retained
+from tests.mqtt_helpers import recent_epoch0, Recorder, publish_once, publish_retained
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,8 +55,11 @@ def fusion_starter(tmp_path, broker_port: int, name: str, extra_toml: str = ""):
     that starts (or restarts) the process on it."""
     db = tmp_path / "fusion.sqlite"
     cfg = tmp_path / "fusion.toml"
+    # epoch0 puts the tests' small t (1, 2, ...) a little behind the wall clock: plausible windows.
+    top, _, precision = extra_toml.partition("[precision]\n")
     cfg.write_text(f'name = "{name}"\nregions = ["r1"]\nmerge_deadline_s = 60\nbootstrap_b = 200\n'
-                   f'store_path = "{db}"\n{extra_toml}[broker]\nport = {broker_port}\n')
+                   f'store_path = "{db}"\n{top}[precision]\nepoch0 = {recent_epoch0()}\n{precision}'
+                   f'[broker]\nport = {broker_port}\n')
     log_path = tmp_path / "fusion.log"
     log = open(log_path, "ab")
 

@@ -62,7 +62,7 @@ def document(model, assignment: dict) -> str:
 def test_fuzzed_config_files_load_or_name_the_field(model, tmp_path_factory):
     path = tmp_path_factory.mktemp("cfg") / "c.toml"
 
-    @settings(max_examples=3400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=max(100, settings().max_examples // 3), deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(st.dictionaries(st.sampled_from(FIELDS[model]), values, max_size=4))
     def run(assignment):
         path.write_text(document(model, assignment))

@@ -166,3 +166,18 @@ def test_the_checker_sees_an_upward_arrow(tmp_path):
     assert [unit_of(m) for m in found] == ["fog_shuffler", "rase", "fusion_center"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
+
+
+def test_the_distribution_ships_every_package():
+    """A non-editable install (the Docker image) has every package and
+    subpackage of the checkout: setuptools finds them all."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    found = set(find_packages(str(ROOT), include=spec["include"]))
+    on_disk = {module_name(p.parent) for pkg in ("edge_agent", "fog_shuffler", "fusion_center", "simulators",
+                                                 "rase_common", "rase")
+               for p in (ROOT / pkg).rglob("__init__.py")}
+    assert on_disk <= found, on_disk - found

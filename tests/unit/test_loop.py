@@ -6,7 +6,8 @@ import threading
 import time
 
 from rase_common.clock import ManualClock, ScaledClock
-from rase_common.loop import Wakeup, seconds_to_next_period
+from edge_agent.schedule import Schedule
+from rase_common.loop import Wakeup, seconds_to_next_boundary
 
 
 def test_set_from_another_thread_wakes_the_loop_at_once():
@@ -44,11 +45,11 @@ def test_stop_ends_the_wait():
     assert asyncio.run(main()) is True
 
 
-def test_seconds_to_next_period_table():
-    assert seconds_to_next_period(ScaledClock(1000.0, 1.0), 0.0, 8.0) <= 1.0
+def test_seconds_to_next_boundary_table():
+    assert seconds_to_next_boundary(ScaledClock(1000.0, 1.0), Schedule(8.0, 0.0)) <= 1.0
     c = ScaledClock(1003.0, 4.0)   # 5 simulated s to the boundary at 1008 = 1.25 wall s, capped at 1
-    assert seconds_to_next_period(c, 0.0, 8.0, cap_s=10.0) <= 1.25
-    assert seconds_to_next_period(ManualClock(5.0), 0.0, 8.0) == 1.0
+    assert seconds_to_next_boundary(c, Schedule(8.0, 0.0), cap_s=10.0) <= 1.25
+    assert seconds_to_next_boundary(ManualClock(5.0), Schedule(8.0, 0.0)) == 1.0
 
 
 def test_binding_again_keeps_a_wakeup_set_from_another_thread():

@@ -12,6 +12,7 @@ import pytest
 
 from edge_agent import board_deps
 from rase.cli import main as rase_main
+from tests.unit.edge_agent.test_flash import CONFIG
 
 PIN = board_deps.UMQTT_SIMPLE
 
@@ -96,7 +97,7 @@ def _closed_port() -> int:
 def test_offline_bundle_without_umqtt_fails_with_one_line_that_says_what_to_do(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{_closed_port()}/simple")
     monkeypatch.setenv("RASE_CACHE_DIR", str(tmp_path / "empty-cache"))
-    assert rase_main(["flash", "--bundle-only", str(tmp_path / "b")]) == 1
+    assert rase_main(["flash", "--config", str(CONFIG), "--bundle-only", str(tmp_path / "b")]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "could not reach the package index" in err
@@ -107,7 +108,7 @@ def test_offline_bundle_with_an_explicit_umqtt_file(tmp_path, monkeypatch, umqtt
     monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{_closed_port()}/simple")
     monkeypatch.setenv("RASE_CACHE_DIR", str(tmp_path / "empty-cache"))
     out = tmp_path / "b"
-    assert rase_main(["flash", "--bundle-only", str(out), "--umqtt", str(umqtt_simple_py)]) == 0
+    assert rase_main(["flash", "--config", str(CONFIG), "--bundle-only", str(out), "--umqtt", str(umqtt_simple_py)]) == 0
     assert (out / "lib" / "umqtt" / "simple.mpy").stat().st_size > 0
 
 

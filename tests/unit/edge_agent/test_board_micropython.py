@@ -120,7 +120,7 @@ cfg = {"device": "b3", "region": "r1", "eps": 1.0, "budget_eps": 1000.0, "budget
 steps = 0
 try:
     loop = board.BoardLoop(lambda: 1.0, cfg, machine=FakeMachine, sleep=sleep, log=lambda s: None,
-                           bits=RandomBits(read=WASM_URANDOM))
+                           bits=RandomBits(read=WASM_URANDOM), clock=lambda: clock[0])
     while steps < 500:
         loop.tick(clock[0])
         steps += 1

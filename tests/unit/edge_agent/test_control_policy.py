@@ -101,7 +101,7 @@ hostile_values = st.one_of(
                                                                                            st.integers(), max_size=2))
 
 
-@settings(max_examples=10_000, deadline=None, database=None)
+@settings(deadline=None, database=None)
 @given(changes=st.dictionaries(st.sampled_from(FIELDS), hostile_values, min_size=1, max_size=4),
        drop=st.sets(st.sampled_from(FIELDS), max_size=2))
 def test_fuzzed_control_messages_never_escape_policy(tmp_path_factory, changes, drop):

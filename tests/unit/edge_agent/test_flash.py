@@ -57,3 +57,72 @@ def test_flash_to_a_missing_serial_port_fails_clearly(tmp_path, capsys):
     # No board on this machine: the real mpremote must say so, not hang.
     assert rase_main(["flash", "--config", str(CONFIG), "--port", "/dev/ttyRASE-missing"]) == 1
     assert "/dev/ttyRASE-missing" in capsys.readouterr().err
+
+
+def test_flash_without_config_refuses_in_one_line(tmp_path, capsys):
+    assert rase_main(["flash", "--bundle-only", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("rase flash: --config is required")
+    assert not (tmp_path / "b").exists()
+
+
+def _tls_config(tmp_path, ca_file=None):
+    cfg = tmp_path / "tls.toml"
+    text = CONFIG.read_text().replace("# tls = true", "tls = true").replace("port = 1883", "port = 8883")
+    if ca_file is None:
+        text = text.replace('# ca_file = "configs/ca.crt"\n', "")
+    else:
+        text = text.replace('# ca_file = "configs/ca.crt"', f'ca_file = "{ca_file}"')
+    cfg.write_text(text)
+    return cfg
+
+
+def test_ca_goes_into_the_bundle_as_der(tmp_path, umqtt_simple_py):
+    from cryptography import x509
+
+    from rase_common.certs import make_pki
+
+    pki = make_pki(tmp_path / "pki", ["broker.lan"])
+    out = tmp_path / "b"
+    assert rase_main(["flash", "--config", str(_tls_config(tmp_path)), "--bundle-only", str(out),
+                      "--ca", str(pki.ca_cert)]) == 0
+    cfg = json.loads((out / "rase_config.json").read_text())
+    assert cfg["broker"]["tls"] is True and cfg["broker"]["ca"] == "rase_ca.der"
+    der = (out / "rase_ca.der").read_bytes()
+    assert x509.load_der_x509_certificate(der) == x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    # [broker] ca_file serves when --ca is not given.
+    out2 = tmp_path / "b2"
+    assert rase_main(["flash", "--config", str(_tls_config(tmp_path, pki.ca_cert)), "--bundle-only", str(out2)]) == 0
+    assert (out2 / "rase_ca.der").read_bytes() == der
+
+
+def test_tls_without_a_usable_ca_is_refused(tmp_path, capsys):
+    from rase_common.certs import make_pki
+
+    pki = make_pki(tmp_path / "pki", ["broker.lan"])
+    cases = [
+        ([], "tls is on but no CA was given"),
+        (["--ca", str(pki.server_cert)], "is not a CA certificate"),
+        (["--ca", str(tmp_path / "missing.crt")], "No such file"),
+        (["--ca", str(CONFIG)], "is not a PEM or DER certificate"),
+    ]
+    for extra, message in cases:
+        assert rase_main(["flash", "--config", str(_tls_config(tmp_path)), "--bundle-only",
+                          str(tmp_path / "b"), *extra]) == 1
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert rase_main(["flash", "--config", str(CONFIG), "--bundle-only", str(tmp_path / "b"),
+                      "--ca", str(pki.ca_cert)]) == 1
+    assert "tls is off" in capsys.readouterr().err
+
+
+def test_sensor_template_reads_an_adc1_pin_on_esp32_and_gp26_elsewhere(bundle, micropython_unix):
+    import re
+
+    template = (bundle / "sensor.py").read_text()
+    esp32_pin = int(re.search(r'platform == "esp32":\s+_adc = ADC\(Pin\((\d+)\)\)', template).group(1))
+    assert 32 <= esp32_pin <= 39      # ADC1: ADC2 pins cannot be read while Wi-Fi is on
+    standin = (Path(__file__).resolve().parents[2] / "micropython" / "unix_port" / "machine.py").read_text()
+    out = micropython_unix("import sensor, machine\nprint(machine.ADC.opened, sensor.read())\n",
+                           files={"sensor.py": template, "machine.py": standin})
+    assert out.split() == ["[26]", repr(32768 * 4000.0 / 65535.0)]

@@ -107,3 +107,54 @@ def test_the_core_says_ledger_unreadable_and_charges_nothing(tmp_path):
     assert core.step(5.0, 1000.0) is None and core.status == "ledger_unreadable" and core.sent == 0
     assert core.step(5.0, 86400.0 + 1000.0) is not None and core.status == "online"
     assert core.ledger.remaining(86400.0 + 1000.0) == pytest.approx(99.0)
+
+
+def _block_writes(path):
+    """Make the ledger's next write fail with a real OSError from the file
+    system: its .tmp name is taken by a directory (EISDIR; root ignores
+    permissions, so a read-only file would not do)."""
+    (path.parent / (path.name + ".tmp")).mkdir()
+
+
+def _allow_writes(path):
+    (path.parent / (path.name + ".tmp")).rmdir()
+
+
+def test_a_reservation_that_cannot_be_written_is_not_spent(tmp_path):
+    path = tmp_path / "l.json"
+    led = BudgetLedger(str(path), budget_eps=100.0, period_s=86400, reserve_reports=4)
+    assert sum(led.try_spend(1.0, 5.0) for _ in range(6)) == 6      # blocks at reports 1 and 5
+    _block_writes(path)
+    # The second block (reports 5-8) is on flash: reports 7 and 8 may use it ...
+    assert led.try_spend(1.0, 5.0) and led.try_spend(1.0, 5.0) and not led.unwritable
+    # ... and not one more: the third block was never written.
+    assert [led.try_spend(1.0, 5.0) for _ in range(5)] == [False] * 5
+    assert led.unwritable and led.write_errors == 5 and "IsADirectoryError" in led.last_write_error
+    assert led.remaining(5.0) == pytest.approx(92.0)
+    # A reboot now refunds nothing: the file holds exactly what was used.
+    assert BudgetLedger(str(path), budget_eps=100.0, period_s=86400).remaining(5.0) == pytest.approx(92.0)
+    _allow_writes(path)
+    assert led.try_spend(1.0, 5.0) and not led.unwritable
+    assert json.loads(path.read_text())["spent_units"] == 12 * 65536
+
+
+def test_an_unreadable_ledger_stays_locked_when_the_lock_cannot_be_written(tmp_path):
+    path = tmp_path / "l.json"
+    path.write_text("garbage")
+    _block_writes(path)
+    led = BudgetLedger(str(path), budget_eps=10.0, period_s=100)
+    assert led.locked(150.0) and led.unwritable and not led.try_spend(0.5, 160.0)
+
+
+def test_the_core_says_ledger_unwritable_and_resumes_when_the_write_works(tmp_path):
+    from edge_agent.core import AgentCore
+    from edge_agent.randomizer import Calibration
+
+    path = tmp_path / "l.json"
+    core = AgentCore(device="d", region="r", eps=1.0, calibration=Calibration(), period_s=8,
+                     ledger=BudgetLedger(str(path), budget_eps=100.0, period_s=86400))
+    _block_writes(path)
+    assert core.step(5.0, 1000.0) is None and core.status == "ledger_unwritable"
+    assert core.sent == 0 and core.skipped_budget == 0 and not len(core.outbox)
+    _allow_writes(path)
+    assert core.step(5.0, 1008.0) is not None and core.status == "online" and core.sent == 1

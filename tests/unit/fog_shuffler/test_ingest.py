@@ -69,7 +69,7 @@ json_values = st.recursive(
     max_leaves=12)
 
 
-@settings(max_examples=10_000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(
     st.binary(max_size=300),
     json_values.map(lambda v: json.dumps(v).encode()),

@@ -10,7 +10,7 @@ from rase_common.errors import ConfigError
 
 def test_central_target_sets_the_eps_menu_that_meets_it(tmp_path, monkeypatch):
     cfg = tmp_path / "f.toml"
-    cfg.write_text('[precision]\nmechanism = "binary"\n[central_target]\neps = 1.0\ndevices = 1000\n')
+    cfg.write_text('regions = ["r1"]\n[precision]\nmechanism = "binary"\n[central_target]\neps = 1.0\ndevices = 1000\n')
     c = FusionConfig.load(cfg)
     (eps0,) = c.precision.eps_levels
     assert eps0 == pytest.approx(2.724, abs=1e-3)                 # docs/privacy.md: n = 1,000 needs eps0 2.72
@@ -20,9 +20,10 @@ def test_central_target_sets_the_eps_menu_that_meets_it(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("text", [
-    "[central_target]\neps = 1.0\ndevices = 1000\n",                                   # not a binary deployment
-    '[precision]\nmechanism = "binary"\n[central_target]\neps = -1\ndevices = 1000\n',
-    '[precision]\nmechanism = "binary"\n[central_target]\neps = 1\ndevices = 1\n',
+    'regions = ["r1"]\n[central_target]\neps = 1.0\ndevices = 1000\n',                # not a binary deployment
+    'regions = ["r1"]\n[precision]\nmechanism = "binary"\n[central_target]\neps = -1\ndevices = 1000\n',
+    'regions = ["r1"]\n[precision]\nmechanism = "binary"\n[central_target]\neps = 1\ndevices = 1\n',
+    '[precision]\nmechanism = "binary"\n',                                             # no regions
 ])
 def test_bad_central_targets_are_refused(tmp_path, text):
     cfg = tmp_path / "f.toml"

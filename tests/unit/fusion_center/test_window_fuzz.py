@@ -30,7 +30,7 @@ def mutate(top: dict, batch: dict) -> bytes:
     return json.dumps(w).encode()
 
 
-@settings(max_examples=10_000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(top=st.dictionaries(st.sampled_from(TOP), hostile, max_size=3),
        batch=st.dictionaries(st.sampled_from(BATCH), hostile, max_size=3))
 def test_a_window_is_refused_by_the_schema_or_aggregated(top, batch):

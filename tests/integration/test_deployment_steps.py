@@ -1,0 +1,179 @@
+"""docs/deployment.md's set-up steps, run as written, then the shipped
+Mosquitto configuration with what they made, against a real Mosquitto:
+both regions' devices publish over TLS, each fog reads only its regions and
+writes only its regions' windows, client ids are bound to users (no session
+takeover), the healthcheck works, and a 100 MB publish is refused."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.shipped import ShippedMosquitto, TlsClient, compose, run_deployment_steps
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory) -> Path:
+    return run_deployment_steps(tmp_path_factory.mktemp("deploy"))
+
+
+@pytest.fixture(scope="module")
+def broker(deployment, tmp_path_factory, request):
+    b = ShippedMosquitto(deployment, tmp_path_factory.mktemp("shipped-mosquitto")).start()
+    yield b
+    b.stop()
+
+
+def settle(seconds: float = 0.5) -> None:
+    time.sleep(seconds)
+
+
+def test_the_steps_make_one_acl_for_both_fogs(deployment):
+    acl = (deployment / "configs/compose/mosquitto.acl").read_text()
+    users = re.findall(r"^user (\S+)$", acl, re.M)
+    assert {"health", "fog-r1", "fog-r2", "fusion-main", "dashboard"} <= set(users)
+    # Houses 1, 2, 3 in r1 and 5, 12 in r2: 45 devices, none lost to the last --fog-config.
+    devices = [u for u in users if re.fullmatch(r"h\d+a\d", u)]
+    assert len(devices) == 45
+    for user in users:
+        assert (deployment / "secrets/passwords" / user).stat().st_size > 0
+    assert (deployment / "secrets" / "mosquitto_passwd").read_text().count("\n") == len(users)
+
+
+def test_both_regions_devices_publish_and_each_fog_reads_only_its_regions(broker):
+    fog1, fog2 = TlsClient(broker, "fog-r1"), TlsClient(broker, "fog-r2")
+    dev1, dev2 = TlsClient(broker, "h1a1"), TlsClient(broker, "h12a1")
+    try:
+        assert all(c.connected for c in (fog1, fog2, dev1, dev2))
+        fog1.sub("rase/v1/reports/#")         # asks for every region; gets only what its user may read
+        fog2.sub("rase/v1/reports/#")
+        dev1.pub("rase/v1/reports/r1/h1a1")
+        dev2.pub("rase/v1/reports/r2/h12a1")
+        settle()
+        assert fog1.topics() == ["rase/v1/reports/r1/h1a1"]
+        assert fog2.topics() == ["rase/v1/reports/r2/h12a1"]
+    finally:
+        for c in (fog1, fog2, dev1, dev2):
+            c.close()
+
+
+def test_a_device_cannot_report_in_another_region_or_as_another_device(broker):
+    fog1, fog2 = TlsClient(broker, "fog-r1"), TlsClient(broker, "fog-r2")
+    try:
+        fog1.sub("rase/v1/reports/#")
+        fog2.sub("rase/v1/reports/#")
+        for topic in ("rase/v1/reports/r2/h1a1", "rase/v1/reports/r1/h1a2"):
+            dev = TlsClient(broker, "h1a1")       # a fresh connection per denied publish (Mosquitto 2.0.11
+            dev.c.publish(topic, b"{}", qos=1)     # answers it with a v5-style PUBACK that paho drops on)
+            settle(0.3)
+            dev.close()
+        settle()
+        assert fog1.got == [] and fog2.got == []
+    finally:
+        fog1.close()
+        fog2.close()
+
+
+def test_a_fog_writes_only_its_own_regions_windows(broker):
+    fusion = TlsClient(broker, "fusion-main")
+    try:
+        fusion.sub("rase/v1/windows/+")
+        fog1 = TlsClient(broker, "fog-r1")
+        fog1.pub("rase/v1/windows/r1", b'{"own": true}')
+        fog1.close()
+        forger = TlsClient(broker, "fog-r1")
+        forger.c.publish("rase/v1/windows/r2", b'{"forged": true}', qos=1)
+        forger.c.publish("rase/v1/windows/zz", b'{"forged": true}', qos=1)
+        settle()
+        forger.close()
+        settle()
+        assert fusion.topics() == ["rase/v1/windows/r1"]
+    finally:
+        fusion.close()
+
+
+@pytest.mark.parametrize("victim", ["fog-r1", "fusion-main"])
+def test_a_device_using_a_services_client_id_gets_its_own_session_not_the_services(broker, victim):
+    """use_username_as_clientid: the device's client id becomes its user name,
+    so the service is not disconnected, and what is queued for the service's
+    persistent session while it is away is neither handed to the device nor
+    dropped: the service gets all of it when it comes back."""
+    topic = "rase/v1/windows/r1" if victim == "fusion-main" else "rase/v1/reports/r1/h1a1"
+    service = TlsClient(broker, victim, client_id=victim, persistent=True)
+    service.sub(topic)
+    intruder = TlsClient(broker, "h1a2", client_id=victim, persistent=True)
+    try:
+        assert intruder.connected
+        settle()
+        assert service.c.is_connected() and service.disconnects == 0
+        service.close()                               # the service away: its session queues
+        writer = TlsClient(broker, "fog-r1" if victim == "fusion-main" else "h1a1")
+        for i in range(5):
+            writer.pub(topic, b'{"i": %d}' % i)
+        writer.close()
+        hijack = TlsClient(broker, "h1a3", client_id=victim, persistent=True)
+        hijack.sub("#")
+        settle()
+        hijack.close()
+        assert hijack.got == []
+        back = TlsClient(broker, victim, client_id=victim, persistent=True)
+        deadline = time.monotonic() + 5
+        while len(back.got) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        back.close()
+        assert [m.payload for m in back.got] == [b'{"i": %d}' % i for i in range(5)]
+    finally:
+        intruder.close()
+        service.close()
+
+
+def test_a_100_MB_publish_is_refused_and_not_retained(broker):
+    """max_packet_size: the broker drops the connection from the packet's
+    length header, before it reads or allocates the payload; nothing is
+    delivered or retained, and the device's next normal message goes through."""
+    topic = "rase/v1/reports/r1/h1a1"          # the device's own topic, which fog-r1 reads
+    fog = TlsClient(broker, "fog-r1")
+    fog.sub(topic)
+    big = TlsClient(broker, "h1a1")
+    try:
+        big.c.publish(topic, b"x" * (100 * 1024 * 1024), qos=1, retain=True)
+        deadline = time.monotonic() + 30
+        while big.disconnects == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert big.disconnects >= 1, "the broker did not drop the oversized packet's connection"
+    finally:
+        big.c.loop_stop()
+    settle()
+    late = TlsClient(broker, "fog-r1")
+    late.sub(topic)                               # a retained message would arrive now
+    settle()
+    try:
+        assert fog.got == [] and late.got == []
+        status = Path(f"/proc/{broker.proc.pid}/status").read_text()
+        peak_kb = int(re.search(r"VmHWM:\s+(\d+)", status).group(1))
+        assert peak_kb < 50 * 1024, f"the broker's memory peaked at {peak_kb} kB: it read the 100 MB packet"
+        ok = TlsClient(broker, "h1a1")
+        ok.pub(topic, b'{"normal": true}')
+        ok.close()
+        settle()
+        assert [m.payload for m in late.got] == [b'{"normal": true}']
+    finally:
+        fog.close()
+        late.close()
+
+
+def test_the_compose_healthcheck_command_passes_on_the_loopback_listener(broker, deployment):
+    cmd = compose()["services"]["mosquitto"]["healthcheck"]["test"][1]
+    cmd = cmd.replace("$$", "$").replace("-p 1883", f"-p {broker.local_port}")
+    cmd = cmd.replace("/run/secrets/password-health", str(broker.password_file("health")))
+    proc = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 0, proc.stderr
+    # Another user with the health password is refused: the check needs the health user's own.
+    bad = subprocess.run(["sh", "-c", cmd.replace("-u health", "-u h1a1")], capture_output=True, timeout=20)
+    assert bad.returncode != 0

@@ -1,0 +1,65 @@
+"""rase acl: one ACL for every fog's regions; per-fog users bound to their
+own regions' topics; configs that share a region, a device or a name refused."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rase.acl import FogUsers, build_acl
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def blocks(acl: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    user = None
+    for line in acl.splitlines():
+        if line.startswith("user "):
+            user = line.split()[1]
+            out[user] = []
+        elif line.startswith("topic ") and user is not None:
+            out[user].append(line)
+    return out
+
+
+def test_each_fog_and_device_gets_exactly_its_own_topics():
+    acl = blocks(build_acl([FogUsers("a", {"r1": ["d1", "d2"]}), FogUsers("b", {"r2": ["d3"], "r3": ["d4"]})],
+                           fusion="fusion-x", subscribers=["dash", "ha"]))
+    assert acl["fog-a"] == ["topic read rase/v1/reports/r1/+", "topic read rase/v1/control/precision",
+                            "topic write rase/v1/windows/r1"]
+    assert acl["fog-b"] == ["topic read rase/v1/reports/r2/+", "topic read rase/v1/reports/r3/+",
+                            "topic read rase/v1/control/precision", "topic write rase/v1/windows/r2",
+                            "topic write rase/v1/windows/r3"]
+    assert acl["fusion-x"][:3] == ["topic read rase/v1/windows/r1", "topic read rase/v1/windows/r2",
+                                   "topic read rase/v1/windows/r3"]
+    assert acl["d4"] == ["topic write rase/v1/reports/r3/d4", "topic write rase/v1/status/d4",
+                         "topic read rase/v1/control/precision"]
+    assert acl["dash"] == acl["ha"] == ["topic read rase/v1/aggregates/#", "topic read rase/v1/control/precision"]
+    assert acl["health"] == acl["broker-metrics"] == ["topic read $SYS/#"]
+    # Nobody but the fusion center reads windows; no wildcard write anywhere.
+    assert all("#" not in t for ts in acl.values() for t in ts if t.startswith("topic write"))
+
+
+@pytest.mark.parametrize("fogs, words", [
+    ([FogUsers("a", {"r1": ["d1"]}), FogUsers("a", {"r2": ["d2"]})], "name 'a'"),
+    ([FogUsers("a", {"r1": ["d1"]}), FogUsers("b", {"r1": ["d2"]})], "region r1"),
+    ([FogUsers("a", {"r1": ["d1"]}), FogUsers("b", {"r2": ["d1"]})], "device d1"),
+])
+def test_configs_that_overlap_are_refused_naming_the_clash(fogs, words):
+    with pytest.raises(ValueError, match=words):
+        build_acl(fogs)
+
+
+def test_the_cli_takes_every_fog_config_and_names_a_clash(tmp_path):
+    run = [sys.executable, "-m", "rase.cli", "acl", "--fusion-config", "configs/compose/fusion.toml"]
+    two = subprocess.run(run + ["--fog-config", "configs/compose/fog-r1.toml", "--fog-config",
+                                "configs/compose/fog-r2.toml"], capture_output=True, text=True, cwd=ROOT)
+    assert two.returncode == 0, two.stderr
+    users = blocks(two.stdout)
+    assert {"fog-r1", "fog-r2", "fusion-main", "h1a1", "h12a9"} <= set(users)
+    twice = subprocess.run(run + ["--fog-config", "configs/compose/fog-r1.toml"] * 2, capture_output=True, text=True,
+                           cwd=ROOT)
+    assert twice.returncode == 2 and "rase: fog configs" in twice.stderr and "fog-r1" in twice.stderr
+    assert "Traceback" not in twice.stderr
