@@ -34,12 +34,13 @@ def test_private_clip_bias_tracks_the_recorded_one():
 
 def test_write_x_max_keeps_the_rest_of_the_file(tmp_path):
     cfg = tmp_path / "fusion.toml"
-    cfg.write_text('name = "f"  # keep\n[precision]\nbeta = 0.5\nx_max = 4000.0   # range\n[broker]\nport = 1883\n')
+    cfg.write_text('name = "f"  # keep\nregions = ["r1"]\n[precision]\nbeta = 0.5\nx_max = 4000.0   # range\n'
+                   '[broker]\nport = 1883\n')
     write_x_max(cfg, 500)
     text = cfg.read_text()
     assert 'name = "f"  # keep' in text and "x_max = 500   # range" in text
     assert FusionConfig.load(cfg).precision.x_max == 500
-    cfg.write_text('name = "f"\n[broker]\nport = 1883\n')
+    cfg.write_text('name = "f"\nregions = ["r1"]\n[broker]\nport = 1883\n')
     write_x_max(cfg, 750)
     assert FusionConfig.load(cfg).precision.x_max == 750
 
@@ -48,7 +49,7 @@ def test_cli_prints_the_tradeoff_and_writes_the_choice(tmp_path, capsys):
     from rase.cli import main as rase_main
 
     cfg = tmp_path / "fusion.toml"
-    cfg.write_text("[precision]\nx_max = 4000.0\n")
+    cfg.write_text('regions = ["r1"]\n[precision]\nx_max = 4000.0\n')
     assert rase_main(["calibrate", "--houses", "1,2", "--periods", "3", "--write", str(cfg)]) == 0
     out = capsys.readouterr().out
     chosen = float(next(line for line in out.splitlines() if "<- chosen" in line).split()[0])
@@ -92,7 +93,7 @@ def test_a_calibration_is_reproducible_and_its_bound_makes_the_interval_honest()
 
 def test_write_sets_the_clipping_bound_too(tmp_path):
     cfg = tmp_path / "fusion.toml"
-    cfg.write_text('[precision]\nx_max = 4000.0\n[broker]\nport = 1883\n')
+    cfg.write_text('regions = ["r1"]\n[precision]\nx_max = 4000.0\n[broker]\nport = 1883\n')
     write_x_max(cfg, 300, 23.34)
     loaded = FusionConfig.load(cfg)
     assert loaded.precision.x_max == 300 and loaded.clipping.bias_bound_w == 23.3
