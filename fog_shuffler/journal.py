@@ -182,8 +182,11 @@ def request_release(path: str | Path, device: str, now: float) -> bool:
         raise FileNotFoundError(f"no fog journal at {path}")
     db = open_wal(path, SCHEMA + DETECTION_SCHEMA)
     try:
+        # The running fog commits every batch: take the write lock first (IMMEDIATE), waiting for its
+        # commit, rather than reading and then finding the snapshot stale.
+        db.execute("PRAGMA busy_timeout = 30000")
         with storage_errors("fog journal"), db:
-            db.execute("BEGIN")
+            db.execute("BEGIN IMMEDIATE")
             if db.execute("SELECT 1 FROM quarantined_devices WHERE device=?", (device,)).fetchone() is None:
                 return False
             db.execute("INSERT OR REPLACE INTO release_requests VALUES (?,?)", (device, now))
