@@ -73,8 +73,9 @@ class ShufflerConfig(BaseModel):
     group_size: int | None = Field(9, ge=1)
     # "rs" (RASE's RS), "dsigma" (Meehan Alg. 1 alone), "buds" (BUDS's
     # iterative shuffling: batches of about buds_batch_size over sigma_0, each
-    # shuffled uniformly; the window states the amplification of its smallest batch).
-    shuffle_mode: Literal["rs", "dsigma", "buds"] = "rs"
+    # shuffled uniformly; the window states the amplification of its smallest batch),
+    # "uniform" (every window uniformly: amplification by shuffling, no group-level order).
+    shuffle_mode: Literal["rs", "dsigma", "buds", "uniform"] = "rs"
     buds_batch_size: int = Field(32, ge=2)
 
     @model_validator(mode="after")
@@ -87,6 +88,26 @@ class ShufflerConfig(BaseModel):
                              delta_max_factor=self.delta_max_factor, k=self.k,
                              group_size=None if self.k is not None else self.group_size,
                              mode=self.shuffle_mode, buds_batch_size=self.buds_batch_size)
+
+
+class DetectionConfig(BaseModel):
+    """Attacker detection (fog_shuffler.detection): each device's reports are
+    tested against what an honest device could send for any reading in the
+    range; a device that fails is quarantined until `rase fog release`."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool = True
+    # The chance an honest device is quarantined on a given day (sets the test's threshold).
+    false_alarm_per_device_day: float = Field(1e-6, gt=0, le=0.01)
+
+
+class FogCentralTarget(BaseModel):
+    """This fog must deliver a central (eps, delta) by amplification (the fusion
+    center's [central_target]): only a uniform shuffle amplifies, so the fog
+    refuses to start otherwise. Whether a window met it (its n and eps) is
+    stated in the window and checked by the fusion center."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    eps: float = Field(gt=0, le=20)
+    delta: float = Field(1e-6, gt=0, lt=0.01)
 
 
 class FogConfig(TomlSettings):
@@ -125,6 +146,8 @@ class FogConfig(TomlSettings):
     control_policy: ControlPolicy = ControlPolicy()
     broker: BrokerConfig = BrokerConfig()
     shuffler: ShufflerConfig = ShufflerConfig()
+    detection: DetectionConfig = DetectionConfig()
+    central_target: FogCentralTarget | None = None
     privacy_delta: float = Field(1e-6, gt=0, lt=0.01)   # delta of the per-window amplification statement
     sink: Literal["mqtt", "kafka"] = "mqtt"   # where windows go: rase/v1/windows/{region} or Kafka
     kafka: KafkaConfig = KafkaConfig()
@@ -176,6 +199,14 @@ class FogConfig(TomlSettings):
 
     def late_periods(self) -> int:
         return int(math.ceil(self.allowed_lateness_s / self.period_s))
+
+    @model_validator(mode="after")
+    def _central_target(self) -> "FogConfig":
+        if self.central_target is not None and self.shuffler.shuffle_mode != "uniform":
+            raise ValueError(f"central_target: this fog cannot deliver a central eps with shuffler.shuffle_mode = "
+                             f"\"{self.shuffler.shuffle_mode}\" (Mallows windows carry d_sigma privacy, not "
+                             f"amplification by shuffling); set shuffle_mode = \"uniform\"")
+        return self
 
     @model_validator(mode="after")
     def _range(self) -> "FogConfig":

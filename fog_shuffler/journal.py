@@ -18,6 +18,7 @@ synchronous=FULL (rase_common.sqlite), one commit per batch.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rase_common.sqlite import open_wal, storage_errors
@@ -31,6 +32,23 @@ CREATE TABLE IF NOT EXISTS outbox (region TEXT, t INTEGER, rev INTEGER DEFAULT 0
                                    sent INTEGER DEFAULT 0, PRIMARY KEY (region, t, rev));
 CREATE TABLE IF NOT EXISTS closed (region TEXT, t INTEGER, rev INTEGER DEFAULT 0, PRIMARY KEY (region, t));
 """
+
+# Attacker detection (fog_shuffler.detection): each device's statistics today,
+# the devices quarantined, and release requests from `rase fog release` (written
+# by the operator's command while the fog runs; the fog applies them).
+DETECTION_SCHEMA = """
+CREATE TABLE IF NOT EXISTS detector (device TEXT PRIMARY KEY, kind TEXT, day INTEGER, reports INTEGER, total REAL,
+                                     cusum BLOB);
+CREATE TABLE IF NOT EXISTS quarantined_devices (device TEXT PRIMARY KEY, t INTEGER, since REAL, test TEXT);
+CREATE TABLE IF NOT EXISTS release_requests (device TEXT PRIMARY KEY, requested REAL);
+"""
+
+
+@dataclass(frozen=True)
+class DetectionWrite:
+    """What one batch changed in the detector, journaled with its reports."""
+    states: list[tuple]                                  # DeviceState.as_row
+    quarantined: list[tuple[str, int, float, str]] = field(default_factory=list)   # device, t, since, test
 
 
 def _columns(db, table: str) -> set[str]:  # noqa: ANN001
@@ -58,7 +76,7 @@ def _upgrade(db) -> None:  # noqa: ANN001
 
 class Journal:
     def __init__(self, path: str | Path):
-        self.db = open_wal(path, SCHEMA)
+        self.db = open_wal(path, SCHEMA + DETECTION_SCHEMA)
         with storage_errors("fog journal"):
             _upgrade(self.db)
 
@@ -66,7 +84,7 @@ class Journal:
         self.db.close()
 
     def add_reports(self, rows: list[tuple[str, int, str, float, float, int, str]],
-                    duplicates: list[tuple[str, int]]) -> None:
+                    duplicates: list[tuple[str, int]], detection: DetectionWrite | None = None) -> None:
         """One transaction (one fsync) for a batch of accepted reports and duplicate counts."""
         with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
@@ -74,6 +92,8 @@ class Journal:
                                 "VALUES (?,?,?,?,?,?,?)", rows)
             self.db.executemany("INSERT INTO duplicates VALUES (?,?,1) ON CONFLICT(region,t) DO UPDATE SET n=n+1",
                                 duplicates)
+            if detection is not None:
+                self._write_detection(detection)
 
     def open_reports(self) -> list[tuple[str, int, str, float, float, str]]:
         with storage_errors("fog journal"):
@@ -126,3 +146,70 @@ class Journal:
             self.db.execute("DELETE FROM closed WHERE t < ?", (t_min,))
             self.db.execute("DELETE FROM reports WHERE done=1 AND t < ?", (t_min,))
             self.db.execute("DELETE FROM outbox WHERE sent=1 AND t < ?", (t_min,))
+
+    # -- attacker detection -----------------------------------------------------------
+    def _write_detection(self, d: DetectionWrite) -> None:
+        self.db.executemany("INSERT OR REPLACE INTO detector VALUES (?,?,?,?,?,?)", d.states)
+        self.db.executemany("INSERT OR IGNORE INTO quarantined_devices VALUES (?,?,?,?)", d.quarantined)
+        # A quarantined device's reports leave the open windows (and late batches) with it.
+        self.db.executemany("DELETE FROM reports WHERE device=? AND done=0", [(q[0],) for q in d.quarantined])
+
+    def detector_states(self) -> list[tuple]:
+        with storage_errors("fog journal"):
+            return self.db.execute("SELECT device, kind, day, reports, total, cusum FROM detector").fetchall()
+
+    def quarantined_devices(self) -> dict[str, int]:
+        with storage_errors("fog journal"):
+            return dict(self.db.execute("SELECT device, t FROM quarantined_devices").fetchall())
+
+    def release_requests(self) -> list[str]:
+        with storage_errors("fog journal"):
+            return [d for (d,) in self.db.execute("SELECT device FROM release_requests ORDER BY requested")]
+
+    def release(self, device: str) -> None:
+        """Apply a release: the device's quarantine, statistics and request go, in one transaction."""
+        with storage_errors("fog journal"), self.db:
+            self.db.execute("BEGIN")
+            for table in ("quarantined_devices", "detector", "release_requests"):
+                self.db.execute(f"DELETE FROM {table} WHERE device=?", (device,))
+
+
+def request_release(path: str | Path, device: str, now: float) -> bool:
+    """The operator's side of `rase fog release`: record a release request in
+    the fog's journal (the running fog applies it within a period; a stopped
+    one when it starts). False when the device is not quarantined."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no fog journal at {path}")
+    db = open_wal(path, SCHEMA + DETECTION_SCHEMA)
+    try:
+        # The running fog commits every batch: take the write lock first (IMMEDIATE), waiting for its
+        # commit, rather than reading and then finding the snapshot stale.
+        db.execute("PRAGMA busy_timeout = 30000")
+        with storage_errors("fog journal"), db:
+            db.execute("BEGIN IMMEDIATE")
+            if db.execute("SELECT 1 FROM quarantined_devices WHERE device=?", (device,)).fetchone() is None:
+                return False
+            db.execute("INSERT OR REPLACE INTO release_requests VALUES (?,?)", (device, now))
+            return True
+    finally:
+        db.close()
+
+
+def release_pending(path: str | Path, device: str) -> bool:
+    """Whether a release request for the device still waits for the fog."""
+    db = open_wal(path, SCHEMA + DETECTION_SCHEMA)
+    try:
+        return db.execute("SELECT 1 FROM release_requests WHERE device=?", (device,)).fetchone() is not None
+    finally:
+        db.close()
+
+
+def quarantined_in(path: str | Path) -> list[tuple[str, int, float, str]]:
+    """The devices a fog journal holds in quarantine: (device, t, since, test)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no fog journal at {path}")
+    db = open_wal(path, SCHEMA + DETECTION_SCHEMA)
+    try:
+        return db.execute("SELECT device, t, since, test FROM quarantined_devices ORDER BY since").fetchall()
+    finally:
+        db.close()

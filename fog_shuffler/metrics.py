@@ -49,6 +49,9 @@ class FogMetrics:
                                           "will not arrive", registry=r)
         self.config_drift = Gauge("rase_fog_config_drift", "1 where the fog's own config disagrees with the "
                                   "control message it follows, by field", ["field"], registry=r)
+        self.devices_quarantined = Gauge("rase_fog_devices_quarantined", "Devices whose reports the plausibility "
+                                         "test found impossible for every reading in the range: their reports are "
+                                         "rejected (quarantined_device) until an operator releases them", registry=r)
         for field in PROTOCOL_FIELDS:
             self.config_drift.labels(field).set(0)
         for reason in REASONS + ("internal", "control_invalid", "control_refused"):
@@ -68,7 +71,8 @@ class FogMetrics:
         return {"windows_forwarded": sum(by_mech.values()), **by_mech,
                 "windows_suppressed": int(v("windows_suppressed")),
                 "rejected": int(sum(v("reports_rejected", reason=r) for r in REASONS)),
-                "late": int(v("reports_late")), "accepted": int(v("reports_accepted"))}
+                "late": int(v("reports_late")), "accepted": int(v("reports_accepted")),
+                "devices_quarantined": int(self.registry.get_sample_value("rase_fog_devices_quarantined") or 0)}
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -43,7 +43,7 @@ PAPER_DELTA_MAX_FACTOR = 10.0
 # while ~29% of a house's reports stay in its sigma_0 range (20% for a uniform shuffle).
 PROTECTIVE_ALPHA = 2.0
 PROTECTIVE_DELTA_MAX_FACTOR = 20.0
-SHUFFLE_MODES = ("rs", "dsigma", "buds")
+SHUFFLE_MODES = ("rs", "dsigma", "buds", "uniform")   # uniform: every window, the one that amplifies (central eps)
 DEFAULT_BUDS_BATCH = 32
 
 
@@ -245,7 +245,12 @@ def smallest_batch(result: ShuffleResult) -> int:
 
 def shuffle_window(devices: Sequence[str], graph: RelationshipGraph, params: ShuffleParams,
                    rng: np.random.Generator) -> ShuffleResult:
-    """Shuffle one window by params.mode ("rs", "dsigma" or "buds")."""
+    """Shuffle one window by params.mode ("rs", "dsigma", "buds" or "uniform")."""
     if params.mode == "buds":
         return buds_shuffle(devices, graph, params.buds_batch_size, rng)
+    if params.mode == "uniform":
+        _check_devices(devices)
+        n = len(devices)
+        return ShuffleResult(order=uniform_order(n, rng), mechanism="uniform", theta=None, delta_k=0, omega=0, k=1,
+                             groups=[(0, n - 1)] if n else [])
     return robust_shuffle(devices, graph, params, rng)

@@ -153,6 +153,11 @@ class WindowManager:
                             w.duplicates, dropped, suppressed=len(kept) < self.k_min,
                             mechanisms=[r[3] for r in kept], revision=w.revision)
 
+    def drop_device(self, device: str) -> int:
+        """Take a device's reports out of every open window (it was just
+        quarantined); returns how many were taken out."""
+        return sum(w.reports.pop(device, None) is not None for w in self.open.values())
+
     def forget_before(self, t_min: int) -> None:
         """Drop closed markers and seen devices older than any t ingest still takes."""
         self.closed = {k: v for k, v in self.closed.items() if k[1] >= t_min}

@@ -30,6 +30,14 @@ class CentralTarget(BaseModel):
     devices: int = Field(ge=2, le=10_000_000)
 
 
+class ClippingConfig(BaseModel):
+    """A bound on how far the mean of the clipped readings can fall below the
+    true mean (W), from `rase calibrate` (it writes this table with x_max).
+    Every aggregate's mean interval is widened upwards by it."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    bias_bound_w: float = Field(ge=0)
+
+
 class FusionConfig(TomlSettings):
     model_config = SettingsConfigDict(env_prefix="RASE_FUSION_", env_nested_delimiter="__", extra="forbid",
                                       frozen=True)
@@ -62,7 +70,10 @@ class FusionConfig(TomlSettings):
     tick_s: float = Field(0.05, gt=0)
     speedup: float = Field(1.0, gt=0)
     precision: ControlMessage = ControlMessage()
-    central_target: CentralTarget | None = None   # binary only: sets precision.eps_levels
+    # binary only: sets precision.eps_levels. Claimed per aggregate only where every window was uniformly
+    # shuffled and states a central eps within it (fusion_center.context): a Mallows fog cannot deliver it.
+    central_target: CentralTarget | None = None
+    clipping: ClippingConfig | None = None
     broker: BrokerConfig = BrokerConfig()
     source: Literal["mqtt", "kafka"] = "mqtt"   # where windows come from
     kafka: KafkaConfig = KafkaConfig()

@@ -118,7 +118,9 @@ class FusionService(Service):
         if self.cfg.central_target is not None:
             ct = self.cfg.central_target
             log.info("central target (%g, %g) over windows of %d uniformly shuffled reports: broadcasting eps %.4g "
-                     "per report; devices whose own eps is lower report nothing (no_eps_level)",
+                     "per report; devices whose own eps is lower report nothing (no_eps_level). It holds only for "
+                     "fogs with shuffle_mode = \"uniform\": each aggregate's privacy_unit.central_target says "
+                     "whether its windows met it",
                      ct.eps, ct.delta, ct.devices, self.precision.eps_levels[0])
 
     def _warm_up(self) -> None:
@@ -259,7 +261,8 @@ class FusionService(Service):
         t0 = time.perf_counter()
         agg, est = aggregate(t, windows, self.precision, self.merger.known, level=self.cfg.level,
                              bootstrap_b=self.cfg.bootstrap_b, history=self.history.series,
-                             windows_w=tuple(self.cfg.windows_w))
+                             windows_w=tuple(self.cfg.windows_w), central_target=self.cfg.central_target,
+                             clip_bias_bound=self.cfg.clipping.bias_bound_w if self.cfg.clipping else None)
         return agg, est, time.perf_counter() - t0
 
     async def _close_due(self) -> int:

@@ -104,7 +104,61 @@ def cmd_fog(args: argparse.Namespace) -> int:
     from fog_shuffler.config import FogConfig
     from fog_shuffler.service import FogService
 
+    if getattr(args, "fog_action", None) == "release":
+        return cmd_fog_release(args)
+    if getattr(args, "fog_action", None) == "quarantined":
+        return cmd_fog_quarantined(args)
+    if args.config is None:
+        print("rase fog: --config is required", file=sys.stderr)
+        return 2
     return run_service(FogService(FogConfig.load(args.config)))
+
+
+def cmd_fog_release(args: argparse.Namespace) -> int:
+    """Ask the fog (running or not) to let quarantined devices in again: the
+    request goes into its journal, which the running fog reads every tick."""
+    import time
+
+    from fog_shuffler.config import FogConfig
+    from fog_shuffler.journal import release_pending, request_release
+
+    path = FogConfig.load(args.config).journal_path
+    try:
+        asked = [d for d in args.device if request_release(path, d, time.time())]
+    except FileNotFoundError as err:
+        print(f"rase fog release: {err}", file=sys.stderr)
+        return 1
+    for d in sorted(set(args.device) - set(asked)):
+        print(f"rase fog release: device {d} is not quarantined in {path}", file=sys.stderr)
+    deadline = time.monotonic() + args.wait
+    while any(release_pending(path, d) for d in asked) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for d in asked:
+        if release_pending(path, d):
+            print(f"release of {d} recorded in {path}; no running fog took it within {args.wait:g} s: "
+                  "the fog applies it when it next starts")
+        else:
+            print(f"released {d}: the fog lets its reports into windows again, with fresh statistics")
+    return 0 if len(asked) == len(set(args.device)) else 1
+
+
+def cmd_fog_quarantined(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from fog_shuffler.config import FogConfig
+    from fog_shuffler.journal import quarantined_in
+
+    path = FogConfig.load(args.config).journal_path
+    try:
+        rows = quarantined_in(path)
+    except FileNotFoundError as err:
+        print(f"rase fog quarantined: {err}", file=sys.stderr)
+        return 1
+    for device, t, since, test in rows:
+        when = datetime.fromtimestamp(since, timezone.utc).isoformat(timespec="seconds")
+        print(f"{device}  quarantined at t={t} ({when}): {test} test")
+    print(f"{len(rows)} device(s) quarantined", file=sys.stderr)
+    return 0
 
 
 def cmd_fusion(args: argparse.Namespace) -> int:
@@ -230,6 +284,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.mechanism != "binary":
             print("rase replay: --central-eps applies to --mechanism binary", file=sys.stderr)
             return 2
+        if args.shuffle != "uniform":
+            print(f"rase replay: --central-eps needs --shuffle uniform: --shuffle {args.shuffle} windows are not "
+                  "uniformly shuffled (Mallows or BUDS batches), so they cannot deliver the central eps",
+                  file=sys.stderr)
+            return 2
         from fusion_center.counts import rr_flip_for_central
         n_dev = sum(len(h.device_ids()) for h in houses) * args.clone
         choice = rr_flip_for_central(args.central_eps, 1e-6, n_dev)
@@ -240,7 +299,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                         period_s=args.period, clone=args.clone, broker_url=args.broker,
                         speedup=None if args.fast or args.speedup is None else args.speedup,
                         device_mechanism=args.mechanism, on_above=args.on_above, bands=bands,
-                        shuffle_mode=args.shuffle,
+                        shuffle_mode=args.shuffle, central_eps=args.central_eps,
                         work_dir=Path(args.out).parent / (Path(args.out).stem + ".state"))
     try:
         result = _run_tool(run_pipeline(spec))
@@ -251,6 +310,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"replayed {result.params['timestamps']} timestamps of {result.params['devices']} devices: "
           f"{result.reports} reports, {len(result.aggregates)} aggregates -> {args.out} "
           f"({result.elapsed_s:.1f} s)")
+    print(f"fog: {result.fog.get('devices_quarantined', 0)} device(s) quarantined by the plausibility test, "
+          f"{result.fog['rejected']} reports rejected")
     from rase_common.privacy import privacy_over_time
     for line in privacy_over_time(args.eps, args.period, args.hours).lines():
         print(line.replace("privacy over", "each simulated device's privacy over", 1))
@@ -259,26 +320,48 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from fusion_center.config import FusionConfig
-    from simulators.calibrate import calibrate, format_result, write_x_max
+    from simulators.calibrate import (calibrate, consensus, coverage_check, format_repeats, format_result,
+                                      write_x_max)
     from simulators.refit import RefitFormatError, bundled_dir
 
     data = Path(args.data) if args.data else bundled_dir()
-    eps_cal = args.calibration_eps or args.eps
+    eps_cal = args.calibration_eps
+    if args.repeats < 1:
+        print("rase calibrate: --repeats must be >= 1", file=sys.stderr)
+        return 2
     try:
-        result = calibrate(data, args.houses, eps=args.eps, eps_calibration=eps_cal, periods=args.periods,
-                           start_t=int(args.start_hour * 3600 // args.period), clone=args.clone,
-                           period_s=args.period)
+        runs = []
+        for i in range(args.repeats):
+            runs.append(calibrate(data, args.houses, eps=args.eps, eps_calibration=eps_cal, periods=args.periods,
+                                  start_t=int(args.start_hour * 3600 // args.period), clone=args.clone,
+                                  period_s=args.period, span_hours=args.span_hours, mechanism_name=args.mechanism))
+            if args.repeats > 1:
+                print(f"  calibration {i + 1}/{args.repeats}: x_max {runs[-1].chosen.x_max:g}", file=sys.stderr)
     except (RefitFormatError, OSError, ValueError) as err:
         print(f"rase calibrate: {err}", file=sys.stderr)
         return 2
+    result = runs[0]
     print(format_result(result, args.eps))
+    x_max, bound = result.chosen.x_max, result.chosen.bias_bound
+    if len(runs) > 1:
+        x_max, bound = consensus([(r.chosen.x_max, r.chosen.bias_bound) for r in runs])
+        print(format_repeats([(r.chosen.x_max, r.chosen.bias_bound) for r in runs]))
+        print(f"chosen: x_max {x_max:g} W (the most frequent), bias bound {bound:.1f} W (the largest of its runs)")
     print(f"each device spent eps {result.eps_calibration * args.periods:.4g} on this calibration "
           f"({args.periods} report(s) at eps {result.eps_calibration:.4g})")
+    if args.check_hours > 0:
+        cov = coverage_check(data, args.houses, eps=args.eps, x_max=x_max, bias_bound=bound, hours=args.check_hours,
+                             clone=args.clone, period_s=args.period, mechanism_name=args.mechanism)
+        print(f"check over {cov.timestamps} timestamps of the recorded readings at x_max {x_max:g} "
+              f"({args.mechanism}, eps {args.eps:g}): mean's 95% interval covers the clipped mean {cov.clipped:.3f}, "
+              f"the true mean {cov.true:.3f}, the true mean once widened by B = {bound:.1f} W {cov.widened:.3f} "
+              f"(clipping bias {cov.clip_bias:.1f} W on average, {cov.worst_clip_bias:.1f} W at worst)")
     if args.write:
-        write_x_max(args.write, result.chosen.x_max)
+        write_x_max(args.write, x_max, bound)
         FusionConfig.load(args.write)  # the edited file must still load
-        print(f"wrote x_max = {result.chosen.x_max:g} into [precision] of {args.write}; "
-              "the fusion center broadcasts it when it sees the change")
+        print(f"wrote x_max = {x_max:g} into [precision] and bias_bound_w = {bound:.1f} into [clipping] of "
+              f"{args.write}; the fusion center broadcasts the range when it sees the change, and widens every "
+              "aggregate's mean interval by the bound")
     return 0
 
 
@@ -288,11 +371,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     data = Path(args.data) if args.data else bundled_dir()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # Poison's defaults: an hour of n = 990 devices (1% and 5% are whole devices); the others': a day of 45.
+    hours, clone = (1.0, 22) if args.what == "poison" else (24.0, 1)
+    args.hours = hours if args.hours is None else args.hours
+    args.clone = clone if args.clone is None else args.clone
     try:
         if args.what == "utility":
             return _eval_utility(args, data, out)
         if args.what == "counts":
             return _eval_counts(args, data, out)
+        if args.what == "poison":
+            return _eval_poison(args, data, out)
         return _eval_attack(args, data, out)
     except RefitFormatError as err:
         print(f"rase eval: {err}", file=sys.stderr)
@@ -373,6 +462,26 @@ def _eval_counts(args: argparse.Namespace, data: Path, out: Path) -> int:
     (out / "counts.json").write_text(json.dumps({k: ({str(e): v for e, v in t.items()} if isinstance(t, dict) else t)
                                                  for k, t in res.items()}, indent=1))
     print(f"written: {out / 'counts.json'}")
+    return 0
+
+
+def _eval_poison(args: argparse.Namespace, data: Path, out: Path) -> int:
+    import json
+
+    from simulators.poison import as_json, format_rows, run_poison
+
+    eps = float(args.eps_attack)
+    mechanisms = [m for m in args.mechanisms.split(",") if m]
+    fractions = [float(f) for f in args.fractions.split(",")]
+    rows = run_poison(data, args.houses, eps=eps, hours=args.hours, clone=args.clone, fractions=fractions,
+                      mechanisms=mechanisms, seed=args.seed,
+                      progress=lambda r: print(f"  {r.mechanism} {r.attackers}/{r.devices} {r.behaviour} done",
+                                               file=sys.stderr))
+    print(f"poisoning: m of n = {rows[0].devices} devices ({len(args.houses)} houses x {args.clone} clones), "
+          f"eps {eps:g}, {args.hours:g} h; shift of `mean` (W) against the same run with honest attackers")
+    print(format_rows(rows))
+    (out / "poison.json").write_text(json.dumps(as_json(rows), indent=1))
+    print(f"written: {out / 'poison.json'}")
     return 0
 
 
@@ -506,9 +615,20 @@ def build_parser() -> argparse.ArgumentParser:
     ce.add_argument("--days", type=int, default=825, help="validity of the server and client certificates")
     ce.set_defaults(func=cmd_certs)
 
-    fg = sub.add_parser("fog", help="run the fog shuffler")
-    fg.add_argument("--config", required=True, type=Path)
+    fg = sub.add_parser("fog", help="run the fog shuffler; `rase fog release` lets a quarantined device in again",
+                        description="Run the fog shuffler (`rase fog --config FILE`), or act on its quarantine of "
+                                    "devices whose reports fail the plausibility test (docs/privacy.md).")
+    fg.add_argument("--config", type=Path, help="the fog's TOML config")
     fg.set_defaults(func=cmd_fog)
+    fga = fg.add_subparsers(dest="fog_action")
+    rel = fga.add_parser("release", help="let quarantined devices' reports into windows again (a running fog "
+                         "applies it within a tick)")
+    rel.add_argument("--config", required=True, type=Path, help="the fog's TOML config (its journal_path)")
+    rel.add_argument("device", nargs="+", help="device id(s), as in the fog's quarantine log line")
+    rel.add_argument("--wait", type=float, default=5.0, help="seconds to wait for a running fog to apply it "
+                     "(default %(default)s)")
+    qu = fga.add_parser("quarantined", help="list the devices the fog holds in quarantine")
+    qu.add_argument("--config", required=True, type=Path, help="the fog's TOML config (its journal_path)")
 
     fu = sub.add_parser("fusion", help="run the fusion center")
     fu.add_argument("--config", required=True, type=Path)
@@ -560,14 +680,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--mechanism", default=DEFAULT_MECHANISM, choices=list(MECHANISMS),
                    help="the devices' randomizer, broadcast in the control message (default: the paper's BR); "
                         "binary: on/off counts, categorical: load-band frequencies")
-    r.add_argument("--shuffle", default="rs", choices=["rs", "dsigma", "buds"],
-                   help="the fog's shuffle: RASE's RS (default), d_sigma alone, or BUDS batches")
+    r.add_argument("--shuffle", default="rs", choices=["rs", "dsigma", "buds", "uniform"],
+                   help="the fog's shuffle: RASE's RS (default), d_sigma alone, BUDS batches, or uniform (the one "
+                        "that amplifies: needed by --central-eps)")
     r.add_argument("--on-above", type=float, default=DEFAULT_ON_ABOVE, help="binary: on above this many W")
     r.add_argument("--bands", default=",".join(f"{b:g}" for b in DEFAULT_BANDS),
                    help="categorical: band edges in W, e.g. 10,100,1000")
     r.add_argument("--central-eps", type=float,
                    help="binary: pick each report's eps so the shuffled window is (this eps, 1e-6)-DP "
-                        "(numerical FMT bound at n = the number of devices); overrides --eps")
+                        "(numerical FMT bound at n = the number of devices); overrides --eps; needs --shuffle uniform")
     r.add_argument("--out", required=True, help="JSON lines: parameters, then one line per timestamp")
     r.set_defaults(func=cmd_replay)
 
@@ -575,8 +696,19 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
     ca.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12], help="e.g. 1,2,3 (default: all bundled)")
     ca.add_argument("--eps", type=float, default=1.0, help="the deployment's eps per report (for the noise)")
-    ca.add_argument("--calibration-eps", type=float, help="eps of each histogram report (default: --eps)")
-    ca.add_argument("--periods", type=int, default=1, help="histogram reports per device (each costs its eps)")
+    ca.add_argument("--calibration-eps", type=float, default=4.0,
+                    help="eps of each histogram report (default %(default)s: at eps 1 or 2 the choice is mostly "
+                         "noise, see docs/evaluation.md)")
+    ca.add_argument("--periods", type=int, default=48, help="histogram reports per device, spread over "
+                    "--span-hours (each costs its eps; default %(default)s)")
+    ca.add_argument("--span-hours", type=float, default=24.0, help="hours the reports are spread over "
+                    "(default %(default)s)")
+    ca.add_argument("--mechanism", default="br", choices=["br", "duchi", "piecewise", "hybrid"],
+                    help="the deployment's mean mechanism, whose noise the range is weighed against")
+    ca.add_argument("--repeats", type=int, default=1, help="run the calibration this many times (simulation): "
+                    "prints the spread of the choice and writes the most frequent one")
+    ca.add_argument("--check-hours", type=float, default=3.0, help="simulate the deployment at the chosen range "
+                    "over this many hours of the recorded readings and print mean's coverage (0: skip)")
     ca.add_argument("--start-hour", type=float, default=0.0, help="hours after the first row")
     ca.add_argument("--clone", type=int, default=1, help="copies of each device, shifted by an hour each")
     ca.add_argument("--period", type=float, default=8.0, help="period_s")
@@ -584,18 +716,19 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(func=cmd_calibrate)
 
     ev = sub.add_parser("eval", help="the paper's utility and re-identification evaluation")
-    ev.add_argument("what", choices=["utility", "attack", "counts"])
+    ev.add_argument("what", choices=["utility", "attack", "counts", "poison"])
     ev.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
     ev.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12])
-    ev.add_argument("--hours", type=float, default=24.0)
+    ev.add_argument("--hours", type=float, default=None, help="default 24 (poison: 1)")
     ev.add_argument("--seed", type=int, default=None, help="reproducible noise (evaluation only)")
     ev.add_argument("--out", default="out/eval")
     ev.add_argument("--eps", default="0.1,0.5,1,2,5,9", help="utility, counts: eps values to sweep")
     ev.add_argument("--windows", type=int, nargs="+", default=[64], help="utility: windowed w")
     ev.add_argument("--bootstrap-b", type=int, default=1000)
-    ev.add_argument("--clone", type=int, default=1, help="utility: copies of each device (n = 45 x clone)")
+    ev.add_argument("--clone", type=int, default=None,
+                    help="utility, poison: copies of each device (n = 45 x clone; default 1, poison: 22)")
     ev.add_argument("--replay", nargs="+", help="utility, counts: score these `rase replay` outputs instead")
-    ev.add_argument("--eps-attack", type=float, default=1.0, help="attack: eps per report")
+    ev.add_argument("--eps-attack", type=float, default=1.0, help="attack, poison: eps per report")
     ev.add_argument("--alpha", type=float, default=2.0,
                     help="attack: shuffle privacy alpha (default: the fog's; the papers' setting is 30)")
     ev.add_argument("--delta-max-factor", type=float, default=20.0,
@@ -605,6 +738,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--alphas", help="attack: sweep these alphas, e.g. 30,10,3,1 (RS and d_sigma)")
     ev.add_argument("--group-sizes", help="attack: sweep these RS group sizes, e.g. 9,18,45")
     ev.add_argument("--jitter", type=float, default=0.5, help="attack: arrival jitter (s) without a shuffler")
+    ev.add_argument("--mechanisms", default="br,duchi,piecewise,hybrid", help="poison: device mechanisms")
+    ev.add_argument("--fractions", default="0.01,0.05", help="poison: shares of the devices that attack")
     ev.set_defaults(func=cmd_eval)
 
     ac = sub.add_parser("acl", help="print the Mosquitto ACL for every fog's regions and devices",

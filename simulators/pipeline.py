@@ -69,6 +69,7 @@ class PipelineSpec:
     shuffle_mode: str = "rs"             # the fog's shuffle: rs, dsigma or buds
     on_above: float = DEFAULT_ON_ABOVE   # binary: an appliance above this many W is on
     bands: list[float] = field(default_factory=lambda: list(DEFAULT_BANDS))   # categorical: band edges in W
+    central_eps: float | None = None     # binary: a central (eps, 1e-6) target over all devices (uniform shuffle)
 
 
 @dataclass
@@ -354,12 +355,15 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
                                     # the papers' Mallows range, matching params["mechanism"] (the fog's own
                                     # default since issue 12 is alpha 2, delta_max_factor 20)
                                     shuffler={"alpha": spec.alpha, "group_size": spec.group_size,
-                                              "delta_max_factor": 10.0, "shuffle_mode": spec.shuffle_mode}),
+                                              "delta_max_factor": 10.0, "shuffle_mode": spec.shuffle_mode},
+                                    central_target=None if spec.central_eps is None else {"eps": spec.central_eps}),
                      clock=clock)
     fusion_cfg = FusionConfig.load(None, name=f"pipeline{id(spec) % 10000}", regions=["r1"],
                                    merge_deadline_s=spec.period_s * 4, bootstrap_b=spec.bootstrap_b,
                                    windows_w=spec.windows_w, store_path=work / "fusion.sqlite",
-                                   tick_s=0.005, precision=precision.model_dump(), broker=b)
+                                   tick_s=0.005, precision=precision.model_dump(), broker=b,
+                                   central_target=None if spec.central_eps is None else
+                                   {"eps": spec.central_eps, "devices": len(devices)})
     # --fast: the fusion center runs in a process of its own, on the driver's shared clock.
     fusion = (FusionProcess(fusion_cfg, clock) if isinstance(clock, SharedManualClock)
               else InProcessFusion(FusionService(fusion_cfg, clock=clock)))

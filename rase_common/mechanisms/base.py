@@ -153,6 +153,11 @@ class Mechanism:
         """report_variance for an array of readings."""
         raise NotImplementedError
 
+    def plausibility(self, setting: Setting, eps: float) -> tuple:
+        """What an honest device's reports can look like at eps, for the fog's
+        attacker detection: a tuple of rase_common.mechanisms.plausibility.PlausibilityTest."""
+        raise NotImplementedError
+
     def unbiased_values(self, reports, eps: float, setting: Setting):
         """Each report mapped to a value whose expectation is the reading (for
         a bootstrap of the mean): the report itself unless the mechanism says otherwise."""

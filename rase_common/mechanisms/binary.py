@@ -18,6 +18,7 @@ from edge_agent.binary_rr import DEFAULT_DEN, flip_fraction
 from rase_common.mechanisms.base import Estimate, Estimates, Mechanism, Setting, z_quantile
 from rase_common.mechanisms.intervals import bonferroni, per_level, two_binomial_sterne
 from rase_common.mechanisms.support import ExactSupport
+from rase_common.mechanisms.plausibility import bernoulli_test
 
 COUNT_MEANING = {
     "count": "unbiased count of devices that are on (reading > on_above), (S - n p/2) / (1 - p) summed over eps "
@@ -116,6 +117,9 @@ class Binary(Mechanism):
         flipped = rng.integers(0, DEFAULT_DEN, size=on.shape) < flip_fraction(eps)
         return np.where(flipped, rng.integers(0, 2, size=on.shape), on)
 
+    def plausibility(self, setting: Setting, eps: float):
+        return plausibility(setting, eps)
+
     def report_variances(self, setting: Setting, eps: float, x) -> np.ndarray:
         """Variance of one report's debiased count (the same whatever the reading)."""
         p = flip_probability(eps)
@@ -130,3 +134,11 @@ class Binary(Mechanism):
 
 
 BINARY = Binary()
+
+
+def plausibility(setting: Setting, eps: float):
+    """The fog's detection tests (rase_common.mechanisms.plausibility): a
+    report is 1 with probability at most 1 - p/2 (a device that is on) and 0
+    with probability at most 1 - p/2 (one that is off)."""
+    keep = 1 - flip_probability(eps) / 2
+    return (bernoulli_test("above", keep, lambda y: float(y)), bernoulli_test("below", keep, lambda y: 1.0 - float(y)))

@@ -17,9 +17,10 @@ import numpy as np
 
 from edge_agent.ldp_rational import BoundedGrid
 from edge_agent.randomizer import Calibration
-from rase_common.mechanisms.base import Estimate, Estimates, Mechanism, Setting, z_quantile
+from rase_common.mechanisms.base import FLOAT_TOLERANCE, Estimate, Estimates, Mechanism, Setting, z_quantile
 from rase_common.mechanisms.intervals import (accepted_hull, bonferroni, per_level, reports_of, score_interval,
                                                split_variance_bound)
+from rase_common.mechanisms.plausibility import PlausibilityTest, mean_tests
 
 
 def center_half(cal: Calibration) -> tuple[Fraction, Fraction]:
@@ -174,6 +175,23 @@ class BoundedMechanism(Mechanism):
 
     def worst_case_variance(self, setting: Setting, eps: float) -> float:
         return float(self.worst_case_variance_exact(setting.calibration, eps))
+
+    def plausibility(self, setting: Setting, eps: float) -> tuple[PlausibilityTest, ...]:
+        """The fog's detection tests (rase_common.mechanisms.plausibility): the
+        report's exact law at grid index K ("above") and 0 ("below"). Duchi,
+        PM and HM are stochastically increasing in the grid index (Duchi: P(+C)
+        grows with k; PM: k's high-probability window of outputs slides up
+        with k; HM: a fixed mixture of the two), and a reading between two grid
+        points is a mixture of their laws, so no reading scores higher."""
+        cal = setting.calibration
+        values = {o: float(v) for o, v in self.report_values(cal, eps).items()}
+
+        def law(k: int) -> tuple[list[float], list[float]]:
+            pmf = self.report_pmf(cal, eps, k)
+            return [values[o] for o in pmf], [float(p) for p in pmf.values()]
+
+        slack = 2 * FLOAT_TOLERANCE * (abs(cal.x_min) + abs(cal.x_max) + max(abs(v) for v in values.values()))
+        return mean_tests(law(cal.grid_max), law(0), cal.x_min, cal.x_max, slack, float)
 
     def reading_pmf(self, cal: Calibration, eps: float, x: float) -> dict[int, Fraction]:
         """Output index -> exact probability for a reading x, including the

@@ -26,6 +26,8 @@ from edge_agent.randomizer import Calibration, laplace_noise
 from rase_common.mechanisms.base import IMPLAUSIBLE, Estimate, Estimates, Mechanism, Setting, z_quantile
 from rase_common.mechanisms.intervals import reports_of, score_interval, split_variance_bound
 from rase_common.mechanisms.support import GridSupport, PointsSupport, UnionSupport
+from rase_common.mechanisms.base import FLOAT_TOLERANCE
+from rase_common.mechanisms.plausibility import mean_tests
 
 # Without clamping BR's noise is unbounded: ingest accepts reports on the grid
 # within the noise's two-sided tail of this probability per report (about one
@@ -199,6 +201,9 @@ class BR(Mechanism):
         d = laplace_noise(setting.calibration, eps)
         return setting.calibration.grid_max * d.s / d.t
 
+    def plausibility(self, setting: Setting, eps: float):
+        return plausibility(setting, eps)
+
     def estimate(self, by_level: dict, setting: Setting, level: float = 0.95) -> Estimates:
         cal = setting.calibration
         z = np.concatenate([np.asarray(v, dtype=np.float64) for v in by_level.values()])
@@ -212,3 +217,50 @@ MEAN_MEANING = ("unbiased for the mean reading (clipped to [x_min, x_max]) whate
                 "readings (`method`). Use this one.")
 
 BR_MECHANISM = BR()
+
+
+def report_law(cal: Calibration, eps: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exact law of the report `mean` averages for grid index k (values,
+    probabilities): when clamped, m = clamp(k + Z) with the clamped ends
+    replaced by their conditional expectations (`corrected`); unclamped, k + Z
+    on the grid the fog's ingest accepts (within the support's tail), renormalised."""
+    q, K = noise_q(cal, eps), cal.grid_max
+    if is_clamped(cal, eps):
+        m = np.arange(K + 1)
+        p = (1 - q) / (1 + q) * q ** np.abs(m - k).astype(np.float64)
+        p[K], p[0] = q ** (K - k) / (1 + q), q ** k / (1 + q)
+        if K == k == 0:
+            p[0] = 1.0
+        v = cal.x_min + m * cal.gamma
+        t = tail(cal, eps)
+        v[K], v[0] = cal.x_min + cal.gamma * (K + t), cal.x_min - cal.gamma * t
+        return v, p
+    sup = BR_MECHANISM.support(Setting.of(cal), eps)
+    m = np.arange(sup.lo, sup.hi + 1)
+    p = q ** np.abs(m - k).astype(np.float64)
+    return cal.x_min + m * cal.gamma, p / p.sum()
+
+
+def plausibility(setting: Setting, eps: float):
+    """The fog's detection tests (rase_common.mechanisms.plausibility) on the
+    corrected reports: their law at grid index K ("above") and 0 ("below").
+    BR is stochastically increasing in k: clamp(k + Z) is nondecreasing in k
+    for every Z and the correction is increasing in the report; unclamped,
+    the shifts of a log-concave law keep a monotone likelihood ratio, which
+    conditioning on the accepted range preserves."""
+    cal = setting.calibration
+    clamped = is_clamped(cal, eps)
+    t = tail(cal, eps)
+    top_y = cal.x_max - 1e-9 * max(1.0, abs(cal.x_max))
+
+    def debias(y: float) -> float:
+        if not clamped:
+            return y
+        m = round((y - cal.x_min) / cal.gamma)
+        if m >= cal.grid_max or y >= top_y:
+            return cal.x_min + cal.gamma * (cal.grid_max + t)
+        return cal.x_min - cal.gamma * t if m <= 0 else y
+
+    top, bottom = report_law(cal, eps, cal.grid_max), report_law(cal, eps, 0)
+    slack = 2 * FLOAT_TOLERANCE * (abs(cal.x_min) + abs(cal.x_max) + float(np.abs(top[0]).max()))
+    return mean_tests(top, bottom, cal.x_min, cal.x_max, slack, debias)

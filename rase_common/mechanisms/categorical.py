@@ -23,6 +23,7 @@ from rase_common.mechanisms.base import Estimate, Estimates, Mechanism, Setting,
 from rase_common.mechanisms.intervals import (bonferroni, per_level, score_interval, split_variance_bound,
                                                two_binomial_sterne)
 from rase_common.mechanisms.support import ExactSupport
+from rase_common.mechanisms.plausibility import bernoulli_test
 
 FREQUENCIES_MEANING = {
     "frequencies": "per band (category j: bands[j-1] < reading <= bands[j]): unbiased share of devices in it, "
@@ -180,6 +181,9 @@ class Categorical(Mechanism):
         bits = np.where(own, rng.integers(0, 2, size=x.shape + (k,)) == 1, bits)
         return (bits * (1 << np.arange(k))).sum(axis=-1)
 
+    def plausibility(self, setting: Setting, eps: float):
+        return plausibility(setting, eps)
+
     def report_variances(self, setting: Setting, eps: float, x) -> np.ndarray:
         """Variance of one report's debiased indicator of the reading's own band."""
         _, hit, q = oracle(setting.categories, eps)
@@ -190,3 +194,18 @@ class Categorical(Mechanism):
 
 
 CATEGORICAL = Categorical()
+
+
+def plausibility(setting: Setting, eps: float):
+    """The fog's detection tests (rase_common.mechanisms.plausibility), one
+    per band j: a report names j (kRR) or sets bit j (OUE) with probability
+    `hit` when the reading is in band j and q < hit otherwise."""
+    k = setting.categories
+    kind, hit, _ = oracle(k, eps)
+
+    def scorer(j: int):
+        if kind == "krr":
+            return lambda y: 1.0 if int(y) == j else 0.0
+        return lambda y: float((int(y) >> j) & 1)
+
+    return tuple(bernoulli_test(f"band {j}", hit, scorer(j)) for j in range(k))

@@ -31,6 +31,47 @@ class WindowedOut(BaseModel):
 EstimatorName = Literal["mean", "bs", "se", "mle", "count"]
 
 
+class CentralTargetCheck(BaseModel):
+    """Whether this aggregate's windows delivered the fusion center's
+    [central_target]: only windows shuffled uniformly (or BUDS batches) amplify,
+    and each states its central eps at its own n (the fog's statement)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    eps: float
+    delta: float
+    met: bool
+    reason: str                        # why not, or what held
+
+
+class PrivacyUnit(BaseModel):
+    """What one device's report in this aggregate cost and what protected it
+    (docs/privacy.md): eps per report and its basic composition over an hour
+    and a day at the deployment's period, and the shuffle guarantee actually
+    applied to this aggregate's windows, as the fog stated it."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    eps_per_report: float              # the largest eps level among this aggregate's reports
+    period_s: float
+    eps_per_hour: float                # basic composition: eps_per_report x 3600 / period_s
+    eps_per_day: float                 # eps_per_report x 86400 / period_s
+    shuffle: Literal["uniform", "d_sigma", "buds", "mixed"]
+    central_eps: float | None = None   # after the shuffle: the weakest window's central eps (uniform/BUDS only)
+    central_delta: float | None = None
+    d_sigma_alpha: float | None = None  # alpha of the windows shuffled by Mallows (d_sigma privacy of the order)
+    statement: str                     # the same in one line of words
+    central_target: CentralTargetCheck | None = None
+
+
+class Clipping(BaseModel):
+    """Readings above x_max are clipped by the devices: `mean` estimates the
+    mean of the clipped readings. With a bound from `rase calibrate` (the
+    fusion center's [clipping] table), `mean`'s interval is widened upwards by
+    it so that it holds for the true mean too."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    x_max: float
+    bias_bound: float | None           # W the clipped mean may be below the true mean; None: unknown
+    widened: bool                      # mean's ci already includes it
+    note: str
+
+
 class Aggregate(BaseModel):
     """One timestamp's estimates over all regions: rase/v1/aggregates/t/{t},
     and the newest one retained on rase/v1/aggregates/latest."""
@@ -57,3 +98,11 @@ class Aggregate(BaseModel):
     # Per region and eps level: what the fog's shuffle adds (central eps after a
     # uniform shuffle, or d_sigma for a Mallows order), as the fog stated it.
     privacy: list[dict] = []
+    # Wall-clock time of period t (epoch0 + t period_s .. + period_s), so a subscriber never needs epoch0.
+    t_start: float | None = None          # Unix seconds
+    t_end: float | None = None
+    t_start_iso: str | None = None        # ISO 8601, UTC
+    t_end_iso: str | None = None
+    period_s: float | None = None
+    privacy_unit: PrivacyUnit | None = None
+    clipping: Clipping | None = None

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from fusion_center.range_choice import best_range, bucket_midpoints, clip_bias_sd, range_tradeoff
+from fusion_center.range_choice import best_range, bucket_midpoints, clip_bias_bound, clip_bias_sd, range_tradeoff
 
 
 def laplace_var(x_min, x_max, eps=1.0):
@@ -55,3 +55,29 @@ def test_buckets_are_closed_at_the_top_edge():
 def test_clip_bias_standard_error_by_hand():
     # Only the bucket above x_max = 2 moves: by 3 - 2 = 1, variance 0.04.
     assert clip_bias_sd([0, 2, 4], [0.01, 0.04], 2.0) == pytest.approx(0.2)
+
+
+def test_clip_bias_bound_counts_each_bucket_at_its_upper_edge_plus_z_se():
+    # x_max = 150: bucket [100, 1000) can lose up to 850 per reading, [1000, 2000] up to 1850.
+    edges, freqs, var = [0, 100, 1000, 2000], [0.8, 0.15, 0.05], [1e-4, 1e-4, 4e-4]
+    est = 0.15 * 850 + 0.05 * 1850
+    se = math.sqrt(850 ** 2 * 1e-4 + 1850 ** 2 * 4e-4)
+    assert clip_bias_bound(edges, freqs, var, 150.0) == pytest.approx(est + 2.326 * se)
+    assert clip_bias_bound(edges, freqs, None, 2000.0) == 0.0
+    # Debiased shares may be negative (noise): they count as 0, so noise never argues the clipping away.
+    assert clip_bias_bound(edges, [1.2, -0.1, 0.05], None, 150.0) == pytest.approx(0.05 * 1850)
+
+
+def test_the_choice_minimises_the_bound_and_breaks_near_ties_towards_the_wider_range():
+    edges = [0, 50, 200, 1000, 3000, 4000]
+    freqs = [0.7, 0.2, 0.07, 0.02, 0.01]
+    cands = [100, 200, 500, 1000, 2000, 4000]
+    exact = range_tradeoff(edges, freqs, 1000, 0.0, cands, laplace_var)
+    least = min(r.rmse_bound for r in exact)
+    best = best_range(exact)
+    assert best.rmse_bound <= least * 1.1
+    assert all(r.x_max <= best.x_max for r in exact if r.rmse_bound <= least * 1.1)
+    assert best_range(exact, tolerance=0.0).rmse_bound == least
+    # The same shares known only roughly (large frequency variances): the bound keeps the range wide.
+    rough = best_range(range_tradeoff(edges, freqs, 1000, 0.0, cands, laplace_var, [0.01] * 5))
+    assert rough.x_max > best.x_max
