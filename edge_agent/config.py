@@ -69,6 +69,11 @@ class PolicyConfig(BaseModel):
     gamma_min: float = Field(1e-6, gt=0)
     gamma_max: float = Field(1e9, gt=0)
     mechanisms: list[str] = list(KNOWN_MECHANISMS)
+    # Secure aggregation (mechanism "prio3"): the fusion center's HPKE public key
+    # (64 hex digits) and its key id, pinned when the device is flashed (`rase
+    # secagg-keys` makes them). A control message can name a key id, never a key.
+    prio3_key_id: str | None = Field(None, min_length=1, max_length=64)
+    prio3_public_key: str | None = None
 
     def resolved(self, period_s: float) -> dict:
         d = self.model_dump()
@@ -129,7 +134,8 @@ class AgentConfig(TomlSettings):
     max_inflight: int = Field(100, ge=1, le=60000)
     calibration: CalibrationConfig = CalibrationConfig()
     # Randomizer until the fusion center's control message names one:
-    # "br" (the paper's BR), "duchi", "piecewise" or "hybrid".
+    # "br" (the paper's BR), "duchi", "piecewise" or "hybrid"; "prio3" (secure
+    # aggregation) reports nothing until the control message names its kind.
     mechanism: str = DEFAULT_MECHANISM
     broker: BrokerConfig = BrokerConfig()
     source: SourceConfig | None = None     # required to run (edge_agent.sources); boards read `sensor.py`
