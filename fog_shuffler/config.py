@@ -12,6 +12,7 @@ from edge_agent import wire
 from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from edge_agent.randomizer import check_finite
+from fog_shuffler.leader import Prio3FogConfig
 from fog_shuffler.relationship import RelationshipGraph
 from fog_shuffler.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
 from rase_common.kafka import KafkaConfig
@@ -118,6 +119,8 @@ class FogConfig(TomlSettings):
     privacy_delta: float = Field(1e-6, gt=0, lt=0.01)   # delta of the per-window amplification statement
     sink: Literal["mqtt", "kafka"] = "mqtt"   # where windows go: rase/v1/windows/{region} or Kafka
     kafka: KafkaConfig = KafkaConfig()
+    # Secure aggregation (device_mechanism / the control's mechanism "prio3"): the fog is Prio3's leader.
+    prio3: Prio3FogConfig | None = None
 
     @field_validator("regions")
     @classmethod
@@ -162,6 +165,13 @@ class FogConfig(TomlSettings):
         if self.shuffler.shuffle_mode == "buds" and self.shuffler.buds_batch_size < 2 * self.k_min:
             raise ValueError(f"shuffler.buds_batch_size must be >= 2 x k_min = {2 * self.k_min} (a batch can be "
                              f"half the batch size), got {self.shuffler.buds_batch_size}")
+        return self
+
+    @model_validator(mode="after")
+    def _prio3(self) -> "FogConfig":
+        if self.device_mechanism == "prio3" and (self.prio3 is None or self.prio3.params is None):
+            raise ValueError("device_mechanism = \"prio3\" needs a [prio3] table with its params "
+                             "(kind, dp_eps, key_id, ...) and verify_key_file")
         return self
 
     @model_validator(mode="after")

@@ -19,8 +19,10 @@ from rase_common.protocol.topics import parse_report_topic
 # (rase_common.mechanisms: Duchi's two values, PM's grid, BR's grid and clamp
 # range, a bit, a category or mask); implausible_y: an output of BR without
 # clamping, but beyond the stated tail (rase_common.mechanisms.br.REPORT_TAIL).
+# nonce_repeated, malformed_share, prio3_reply_invalid: the secure-aggregation mode (fog_shuffler.leader).
 REASONS = ("oversized", "bad_topic", "malformed_json", "wrong_type", "non_finite", "unknown_device",
-           "t_out_of_range", "implausible_y", "eps_not_on_menu", "impossible_y")
+           "t_out_of_range", "implausible_y", "eps_not_on_menu", "impossible_y", "nonce_repeated", "malformed_share",
+           "prio3_reply_invalid")
 
 
 class Rejected(ProtocolError):

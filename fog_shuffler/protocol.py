@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from edge_agent.mechanisms import DEFAULT_MECHANISM
 from fog_shuffler.ingest import IngestRules
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
+from rase_common.protocol.prio3 import Prio3Params
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Protocol:
     rho: float = 0.9
     on_above: float = DEFAULT_ON_ABOVE     # binary: on when the reading is above
     bands: tuple[float, ...] = tuple(DEFAULT_BANDS)   # categorical: band edges
+    prio3: Prio3Params | None = None       # secure aggregation: the Prio3 kind, product, dp_eps, key id
 
     @classmethod
     def from_control(cls, msg: dict, current: "Protocol") -> "Protocol":
@@ -42,15 +44,21 @@ class Protocol:
                    gamma=float(msg.get("gamma", current.gamma)), beta=float(msg.get("beta", current.beta)),
                    rho=float(msg.get("rho", current.rho)),
                    on_above=float(msg.get("on_above", DEFAULT_ON_ABOVE)),
-                   bands=tuple(msg.get("bands", DEFAULT_BANDS)))
+                   bands=tuple(msg.get("bands", DEFAULT_BANDS)),
+                   prio3=Prio3Params(**msg["prio3"]) if "prio3" in msg else None)
 
     def differences(self, other: "Protocol") -> dict[str, tuple]:
         """field -> (self's value, other's value) where they differ."""
         return {f.name: (getattr(self, f.name), getattr(other, f.name)) for f in fields(self)
                 if getattr(self, f.name) != getattr(other, f.name)}
 
+    @property
+    def window_period_s(self) -> float:
+        """What one window covers: the period, or a prio3 product's hour or day."""
+        return self.prio3.window_period_s(self.period_s) if self.prio3 is not None else self.period_s
+
     def t_of(self, unix_s: float) -> int:
-        return int((unix_s - self.epoch0) // self.period_s)
+        return int((unix_s - self.epoch0) // self.window_period_s)
 
 
 PROTOCOL_FIELDS = tuple(f.name for f in fields(Protocol))

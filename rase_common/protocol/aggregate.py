@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from edge_agent.mechanisms import DEFAULT_MECHANISM
+from rase_common.protocol.prio3 import Prio3Summary
 
 
 class EstimateOut(BaseModel):
@@ -54,3 +55,5 @@ class Aggregate(BaseModel):
     # Per region and eps level: what the fog's shuffle adds (central eps after a
     # uniform shuffle, or d_sigma for a Mallows order), as the fog stated it.
     privacy: list[dict] = []
+    # Secure aggregation (mechanism "prio3"): accepted and rejected reports, the noise, wall-clock time, privacy unit.
+    prio3: Prio3Summary | None = None

@@ -201,6 +201,8 @@ class Prio3Share(_Part):
     type: Literal["prio3_share"] = "prio3_share"
     leader_accepted: str
     accepted: StrictInt = Field(ge=0)                  # reports both accepted (what the share sums)
+    # sha256 of their nonces in batch order: both sides must agree on the set by nonce.
+    accepted_digest: str = Field("", max_length=64)
     agg_share: str | None = None
     dropped: str | None = Field(None, max_length=64)
     # Reports the helper accepted but the leader rejected, by the leader's reason.
@@ -300,3 +302,15 @@ class Prio3Summary(BaseModel):
     interval: str = "exact-noise"  # intervals are exact under the known noise distribution
     wall_clock: WallClock
     privacy: dict[str, float | str]
+
+
+def nonce_digest(nonces: list[bytes], mask) -> str:
+    """sha256 (hex) of the nonces of the reports in mask, in batch order: what
+    both aggregators compare before a window is published."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for nonce, keep in zip(nonces, mask):
+        if keep:
+            h.update(nonce)
+    return h.hexdigest()

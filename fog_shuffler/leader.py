@@ -1,0 +1,428 @@
+"""The fog as Prio3's leader (secure aggregation, issue 20; docs/privacy.md).
+
+Per window (region, t) of Prio3 reports:
+1. ingest: a report is validated (sizes of its shares for the deployment's
+   Prio3, a nonce not seen before) and journaled with the device, like any
+   report; only then is it acknowledged;
+2. close: fewer than k_min reports -> suppressed. Otherwise the reports are
+   put in a uniformly random order (OS-seeded) and lose their devices, the
+   leader runs verify_init on its shares, and the batch (nonce, public share,
+   sealed helper share, the leader's verifier share) is queued for the helper,
+   all in one transaction;
+3. the helper's verifier shares arrive (journaled, then acknowledged); once
+   they cover the batch the leader checks each proof, intersects what it
+   accepted with what the helper accepted, and, if at least k_min reports
+   remain, queues its aggregate share over them with its discrete Laplace
+   noise added, in the transaction that forgets the shares; else it queues
+   `dropped: under_k_min`;
+4. a batch the helper does not answer within verify_timeout_s is sent again
+   (the helper answers a repeat from its store); after verify_deadline_s the
+   window is dropped with the reason verification_timeout, and the helper told.
+Every step's output is journaled before it is sent, and a restart resends the
+same bytes; verify_init is deterministic, so the leader recomputes it.
+
+Rules here are pure functions (validate_report, close_batch, finish_window);
+Prio3Leader holds the journal tables, the outbox task and the reply intake.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter as PromCounter
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from edge_agent.secagg import report_ctx
+from fog_shuffler.ingest import Accepted, IngestRules, Rejected, _rejection
+from fog_shuffler.leader_journal import LeaderJournal
+from fog_shuffler.randomness import window_rng
+from fog_shuffler.windows import ClosedWindow
+from rase_common.errors import Outage, StorageError
+from rase_common.kafka import KafkaConfig, KafkaSink, KafkaSource
+from rase_common.loop import Wakeup
+from rase_common.mqtt import MqttSink
+from rase_common.outbox import OutboxSender
+from rase_common.protocol import topics
+from rase_common.protocol.prio3 import (MAX_PRIO3_REPORT_BYTES, Prio3Batch, Prio3Params, Prio3Report, Prio3Share,
+                                        Prio3Verify, nonce_digest, pack, pack_mask, parts_of)
+from rase_common.secagg import compute, noisy_share, read_key, tile
+from rase_common.vdaf import Prio3Aggregator
+
+log = logging.getLogger(__name__)
+PRIO3 = "prio3"
+LARGE = 2000          # verify in a worker thread above this many reports
+
+
+class Prio3FogConfig(BaseModel):
+    """The fog's `[prio3]` table: it is Prio3's leader."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # 64 hex digits shared with the fusion center only (Prio3's verify_key).
+    verify_key_file: Path
+    # The deployment's params until the control message says otherwise (it owns them).
+    params: Prio3Params | None = None
+    verify_timeout_s: float = Field(30.0, gt=0)     # no answer from the helper: send the batch again
+    verify_deadline_s: float = Field(600.0, gt=0)   # then drop the window (reason verification_timeout)
+    kafka_group_id: str | None = None               # Kafka: the group reading the helper's answers
+    # Tests only: the leader adds no noise to its aggregate share (the exactness test).
+    unsafe_no_noise_for_tests: bool = False
+
+
+@dataclass(frozen=True)
+class Prio3Accepted(Accepted):
+    """An accepted Prio3 report: (nonce, public share, leader share, sealed helper share)."""
+    shares: tuple[bytes, bytes, bytes, bytes] = (b"", b"", b"", b"")
+
+
+def validate_report(topic: str, payload: bytes, now_t: int, rules: IngestRules, params: Prio3Params | None
+                    ) -> Prio3Accepted:
+    """Accept one Prio3 report or raise Rejected(reason)."""
+    if len(payload) > MAX_PRIO3_REPORT_BYTES:
+        raise Rejected("oversized", f"{len(payload)} bytes")
+    where = topics.parse_report_topic(topic)
+    if where is None:
+        raise Rejected("bad_topic", topic[:80])
+    region, device = where
+    try:
+        rep = Prio3Report.model_validate_json(payload)
+    except ValidationError as err:
+        raise _rejection(err) from None
+    if rules.devices.get(device) != region:
+        raise Rejected("unknown_device", f"{region}/{device}"[:80])
+    if not (now_t - rules.lateness_periods <= rep.t <= now_t + 1):
+        raise Rejected("t_out_of_range", f"t={rep.t} now={now_t}")
+    if params is None or rules.mechanism != PRIO3:
+        raise Rejected("impossible_y", "a Prio3 report, but the deployment's mechanism is " + rules.mechanism)
+    if rep.eps != params.dp_eps:
+        raise Rejected("eps_not_on_menu", f"eps={rep.eps} (prio3.dp_eps {params.dp_eps})")
+    try:
+        shares = rep.shares(params.report_sizes())
+    except ValueError as err:
+        raise Rejected("malformed_share", str(err)[:80]) from None
+    return Prio3Accepted(region, device, rep.t, 0.0, float(rep.eps), PRIO3, shares)
+
+
+def split_prio3(cw: ClosedWindow) -> tuple[ClosedWindow, ClosedWindow | None]:
+    """A closed window's Prio3 reports, and the rest (None: none), around a change of mechanism."""
+    mechs = cw.mechanisms or ["br"] * len(cw.devices)
+    idx = [i for i, m in enumerate(mechs) if m == PRIO3]
+    other = [i for i, m in enumerate(mechs) if m != PRIO3]
+
+    def part(ix: list[int], dropped: int) -> ClosedWindow:
+        return ClosedWindow(cw.region, cw.t, [cw.devices[i] for i in ix], [cw.values[i] for i in ix],
+                            [cw.eps[i] for i in ix], cw.duplicates, dropped, suppressed=not ix or cw.suppressed,
+                            mechanisms=[mechs[i] for i in ix])
+    return part(idx, cw.eps_level_dropped), (part(other, 0) if other else None)
+
+
+@dataclass
+class ClosedBatch:
+    order: list[int]                      # batch position -> index into the window's reports
+    messages: list[str]                   # the Prio3Batch parts for the helper
+    aggregator: Prio3Aggregator           # the leader's verification state
+
+
+def close_batch(params: Prio3Params, verify_key: bytes, region: str, t: int,
+                reports: list[tuple[bytes, bytes, bytes, bytes]], rng: np.random.Generator,
+                ingest_rejected: int = 0) -> ClosedBatch:
+    """Shuffle a window's reports uniformly, verify_init on the leader's shares,
+    and cut the batch for the helper into parts."""
+    order = [int(i) for i in rng.permutation(len(reports))]
+    batch = [reports[i] for i in order]
+    vdaf = params.vdaf()
+    agg = Prio3Aggregator(vdaf, verify_key, report_ctx(region, params.product, t), 0)
+    mine = agg.start([r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch])
+    sizes = params.report_sizes()
+    vs = vdaf.verifier_share_size()
+    messages = []
+    for first, count in parts_of(len(batch), sizes[0] + sizes[1] + sizes[3] + vs):
+        rows = batch[first:first + count]
+        mine_part = mine[first:first + count]
+        messages.append(Prio3Batch(
+            type="prio3_batch", region=region, t=t, total=len(batch), first=first, count=count, params=params,
+            nonces=pack([r[0] for r in rows], sizes[0]), public_shares=pack([r[1] for r in rows], sizes[1]),
+            sealed=pack([r[3] for r in rows], sizes[3]), leader_verifier_shares=pack(mine_part, vs),
+            leader_live=pack_mask([x is not None for x in mine_part]),
+            ingest_rejected=ingest_rejected if first == 0 else 0).model_dump_json())
+    return ClosedBatch(order, messages, agg)
+
+
+def helper_columns(params: Prio3Params, replies: list[Prio3Verify], total: int
+                   ) -> tuple[list[bytes | None], np.ndarray] | None:
+    """The helper's verifier shares and accepted mask over the whole batch, once its parts cover it."""
+    ordered = tile(replies, total)
+    if ordered is None:
+        return None
+    vdaf = params.vdaf()
+    shares: list[bytes | None] = []
+    masks = []
+    for r in ordered:
+        s, m = r.columns(vdaf)
+        shares += s
+        masks.append(m)
+    return shares, (np.concatenate(masks) if masks else np.zeros(0, dtype=bool))
+
+
+def finish_window(params: Prio3Params, agg: Prio3Aggregator, region: str, t: int, nonces: list[bytes],
+                  helper_shares: list[bytes | None], helper_accepted: np.ndarray, k_min: int, *,
+                  noise: bool = True) -> tuple[Prio3Share, int]:
+    """The leader's last message for a window whose helper answered: (message, reports both accepted)."""
+    mine = agg.finish(helper_shares)
+    both = mine & helper_accepted
+    n = int(both.sum())
+    reasons = agg.reasons
+    leader_rejected = Counter(reasons[i].value for i in np.flatnonzero(helper_accepted & ~mine))
+    common = dict(type="prio3_share", region=region, t=t, total=len(both), count=len(both),
+                  leader_accepted=pack_mask(mine), accepted=n, accepted_digest=nonce_digest(nonces, both),
+                  leader_rejected=dict(leader_rejected), noise_draws=1 if noise else 0)
+    if n < k_min:
+        return Prio3Share(**common, dropped="under_k_min"), n
+    share = noisy_share(agg.vdaf, agg.aggregate(both), params, noise=noise)
+    return Prio3Share(**common, agg_share=base64.b64encode(share).decode()), n
+
+
+def dropped_share(region: str, t: int, total: int, reason: str) -> Prio3Share:
+    return Prio3Share(type="prio3_share", region=region, t=t, total=total, count=total,
+                      leader_accepted=pack_mask(np.zeros(total, dtype=bool)), accepted=0, dropped=reason,
+                      noise_draws=0)
+
+
+class LeaderMetrics:
+    def __init__(self, registry: CollectorRegistry):
+        r = registry
+        self.windows = PromCounter("rase_fog_prio3_windows", "Prio3 windows, by outcome (forwarded, aggregated, "
+                                   "dropped_<reason>)", ["outcome"], registry=r)
+        self.rejected = PromCounter("rase_fog_prio3_reports_rejected", "Prio3 reports the leader's verification "
+                                    "rejected, by reason", ["reason"], registry=r)
+        self.resent = PromCounter("rase_fog_prio3_batches_resent", "Batches sent again: the helper had not "
+                                  "answered within verify_timeout_s", registry=r)
+
+
+@dataclass
+class _Pending:
+    reports: list = field(default_factory=list)
+    nonces: dict = field(default_factory=dict)
+
+
+class Prio3Leader:
+    """The leader's state and tasks inside a FogService (wiring: the fog's
+    ingest calls validate/accepted/reply/commit, its closer calls close)."""
+
+    def __init__(self, cfg: Prio3FogConfig, *, name: str, regions: list[str], k_min: int,
+                 registry: CollectorRegistry, storage: Outage, sink_name: str):
+        self.cfg = cfg
+        self.name = name
+        self.regions = set(regions)
+        self.k_min = k_min
+        self.metrics = LeaderMetrics(registry)
+        self.storage = storage
+        self.forwarding = Outage(f"fog prio3 exchange via {sink_name}", log)
+        self.outbox_wakeup = Wakeup()
+        self.work_wakeup = Wakeup()
+        self.verify_key = b""
+        self.journal: LeaderJournal | None = None
+        self.nonces: dict[bytes, tuple[str, int, str]] = {}
+        self.pending = _Pending()
+        self.states: dict[tuple[str, int], Prio3Aggregator] = {}
+        self.sink = None
+        self.reply_source = None          # Kafka: the helper's answers (MQTT: they come with the reports)
+        self.sender: OutboxSender | None = None
+
+    # -- start -----------------------------------------------------------------------------
+    def open(self, db) -> None:  # noqa: ANN001 - the fog journal's connection
+        self.verify_key = read_key(self.cfg.verify_key_file, "fog [prio3] verify_key_file")
+        self.journal = LeaderJournal(db)
+        self.nonces = self.journal.nonces()
+        if self.cfg.unsafe_no_noise_for_tests:
+            log.warning("fog [prio3] unsafe_no_noise_for_tests: the leader adds NO noise (tests only)")
+
+    async def connect(self, stack: contextlib.AsyncExitStack, transport: str, kafka: KafkaConfig, *, link,
+                      sink=None, replies_from_kafka: bool = True) -> None:  # noqa: ANN001
+        """The exchange's transport: the leader's messages go where the fog's
+        windows go (a sink of its own: MQTT on the fog's link, or a Kafka
+        producer), the helper's answers come back the same way (MQTT: with the
+        reports; Kafka: a consumer of their topic). `sink`: a test's own."""
+        if sink is None and transport == "kafka":
+            sink = KafkaSink(kafka)
+            stack.push_async_callback(sink.stop)
+        self.sink = sink or MqttSink(link, topics.windows_topic)
+        if transport == "kafka" and replies_from_kafka:
+            cfg = kafka.model_copy(update={"topic": topics.KAFKA_PRIO3_VERIFY_TOPIC,
+                                           "group_id": self.cfg.kafka_group_id or f"rase-fog-{self.name}"})
+            self.reply_source = KafkaSource(cfg)
+            await self.reply_source.start()
+            stack.push_async_callback(self.reply_source.stop)
+        self.sender = OutboxSender("fog prio3 exchange", unsent=self.journal.unsent,
+                                   send=lambda row: self.sink.send(row[0], row[3]),
+                                   mark_sent=lambda row: self.journal.mark_sent(row[0], row[1], row[2]),
+                                   outage=self.forwarding, storage=self.storage, wakeup=self.outbox_wakeup)
+
+    def subscriptions(self) -> list[tuple[str, int]]:
+        return [(topics.prio3_verify_topic(r), 1) for r in sorted(self.regions)]
+
+    def tasks(self) -> list:
+        out = [self.sender.run(), self._work()]
+        if self.reply_source is not None:
+            out.append(self._reply_intake())
+        return out
+
+    # -- ingest -------------------------------------------------------------------------------
+    @staticmethod
+    def is_report(payload: bytes) -> bool:
+        return b'"nonce":' in payload[:96]
+
+    def validate(self, topic: str, payload: bytes, now_t: int, rules: IngestRules, params: Prio3Params | None
+                 ) -> Prio3Accepted:
+        rep = validate_report(topic, payload, now_t, rules, params)
+        nonce = rep.shares[0]
+        seen = self.pending.nonces.get(nonce) or self.nonces.get(nonce)
+        if seen is not None and seen != (rep.region, rep.t, rep.device):   # the same report again is a duplicate
+            raise Rejected("nonce_repeated", nonce.hex())
+        return rep
+
+    def accepted(self, rep: Prio3Accepted) -> None:
+        self.pending.reports.append((rep.region, rep.t, rep.device, *rep.shares, rep.eps))
+        self.pending.nonces[rep.shares[0]] = (rep.region, rep.t, rep.device)
+
+    def is_reply(self, topic: str) -> bool:
+        return topic.startswith(topics.PRIO3_VERIFY_PREFIX)
+
+    def reply(self, payload: bytes) -> tuple[str, int, int, str]:
+        """A helper answer (part) as a journal row, or Rejected."""
+        try:
+            r = Prio3Verify.model_validate_json(payload)
+        except ValidationError as err:
+            raise Rejected("prio3_reply_invalid", str(err).replace("\n", " ")[:200]) from None
+        if r.region not in self.regions:
+            raise Rejected("prio3_reply_invalid", f"region {r.region} is not this fog's")
+        return (r.region, r.t, r.first, payload.decode())
+
+    def commit(self, replies: list[tuple[str, int, int, str]]) -> None:
+        """Journal the batch's accepted reports and answers (the ingest's commit)."""
+        self.journal.add(self.pending.reports, replies)
+        self.nonces.update(self.pending.nonces)
+        self.pending = _Pending()
+        if replies:
+            self.work_wakeup.set()
+
+    def reset(self) -> None:
+        """After a storage failure: what was not committed is forgotten (it is redelivered)."""
+        self.pending = _Pending()
+
+    def open_reports(self) -> list:
+        return self.journal.open_reports()
+
+    # -- closing ---------------------------------------------------------------------------------
+    def owns(self, cw: ClosedWindow) -> bool:
+        return PRIO3 in (cw.mechanisms or ())
+
+    async def close(self, cw: ClosedWindow, protocols: list, ingest_rejected: int) -> bool:
+        """Close a window of Prio3 reports under the newest of `protocols` (the
+        fog's parameters for its t) that has prio3 params; True if its batch
+        was queued, False if suppressed."""
+        params = next((p.prio3 for p in protocols if p.prio3 is not None), None)
+        if cw.suppressed or len(cw.devices) < self.k_min or params is None:
+            self.journal.close(cw.region, cw.t, None, "", [], time.time())
+            return False
+        reports = self.journal.reports_of(cw.region, cw.t, cw.devices)
+        closed = await compute(close_batch, params, self.verify_key, cw.region, cw.t, reports, window_rng(),
+                               ingest_rejected, in_thread=len(reports) > LARGE)
+        batch = [reports[i] for i in closed.order]
+        self.journal.close(cw.region, cw.t, batch, params.model_dump_json(), closed.messages, time.time())
+        self.states[(cw.region, cw.t)] = closed.aggregator
+        self.metrics.windows.labels("forwarded").inc()
+        self.outbox_wakeup.set()
+        return True
+
+    def prune(self, t_min: int) -> None:
+        self.journal.prune(t_min)
+        self.nonces = {n: v for n, v in self.nonces.items() if v[1] >= t_min}
+
+    # -- the exchange -------------------------------------------------------------------------------
+    async def _work(self) -> None:
+        self.work_wakeup.bind()
+        while True:
+            if not self.storage.down:
+                try:
+                    await self.step(time.time())
+                except StorageError as err:
+                    self.storage.failed(err)
+                except Exception:  # noqa: BLE001 - a bug one window triggers must not stop the fog: retried
+                    log.exception("fog prio3: a window could not be finished; retried")
+            await self.work_wakeup.wait(None, min(5.0, self.cfg.verify_timeout_s / 2))
+
+    async def step(self, now: float) -> int:
+        """Finish every window whose answer is complete; resend or drop the late ones."""
+        finished = 0
+        for region, t, params_json, total, forwarded_at in self.journal.waiting():
+            params = Prio3Params.model_validate_json(params_json)
+            replies = [Prio3Verify.model_validate_json(p) for p in self.journal.replies(region, t)]
+            try:
+                helper = helper_columns(params, replies, total)
+            except ValueError as err:       # parts that do not fit the batch: ask again
+                log.warning("fog prio3 (%s, %d): the helper's answer does not fit the batch (%s)", region, t, err)
+                helper = None
+            if helper is not None:
+                await self._finish(params, region, t, total, *helper)
+                finished += 1
+            elif now - forwarded_at > self.cfg.verify_deadline_s:
+                self._drop(region, t, total, "verification_timeout")
+            elif now - forwarded_at > self.cfg.verify_timeout_s:
+                self.journal.resend(region, t, now)
+                self.metrics.resent.inc()
+                self.outbox_wakeup.set()
+        return finished
+
+    async def _finish(self, params, region, t, total, helper_shares, helper_accepted) -> None:  # noqa: ANN001
+        agg = self.states.pop((region, t), None)
+        batch = self.journal.batch(region, t)
+        if agg is None:             # after a restart: verify_init again (deterministic) from the fixed batch
+            agg = Prio3Aggregator(params.vdaf(), self.verify_key, report_ctx(region, params.product, t), 0)
+            agg.start([r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch])
+        share, n = await compute(finish_window, params, agg, region, t, [r[0] for r in batch], helper_shares,
+                                 helper_accepted, self.k_min, noise=not self.cfg.unsafe_no_noise_for_tests,
+                                 in_thread=total > LARGE)
+        state = "done" if share.dropped is None else "dropped"
+        self.journal.finish(region, t, share.model_dump_json(), state, share.dropped)
+        for reason, k in Counter(r.value for r in agg.reasons if r is not None).items():
+            self.metrics.rejected.labels(reason).inc(k)
+        self.metrics.windows.labels("aggregated" if share.dropped is None else f"dropped_{share.dropped}").inc()
+        if share.dropped:
+            log.info("fog prio3 (%s, %d): dropped, %s (%d of %d accepted by both, k_min %d)", region, t,
+                     share.dropped, n, total, self.k_min)
+        self.outbox_wakeup.set()
+
+    def _drop(self, region: str, t: int, total: int, reason: str) -> None:
+        log.warning("fog prio3 (%s, %d): dropped, %s: no answer from the helper", region, t, reason)
+        self.states.pop((region, t), None)
+        self.journal.finish(region, t, dropped_share(region, t, total, reason).model_dump_json(), "dropped", reason)
+        self.metrics.windows.labels(f"dropped_{reason}").inc()
+        self.outbox_wakeup.set()
+
+    async def _reply_intake(self) -> None:
+        """Kafka: the helper's answers from their own topic, journaled, then acknowledged."""
+        wake = Wakeup()
+        wake.bind()
+        self.reply_source.wakeup = wake.set
+        while True:
+            got = self.reply_source.take(1000)
+            if not got:
+                await wake.wait(None, 0.5)
+                continue
+            rows = []
+            for rec in got:
+                try:
+                    rows.append(self.reply(rec.payload))
+                except Rejected as err:
+                    log.warning("fog prio3: helper answer refused: %s", err)
+            self.journal.add([], rows)
+            self.reply_source.ack(got)
+            self.work_wakeup.set()
+
+

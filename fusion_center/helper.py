@@ -1,0 +1,378 @@
+"""The fusion center as Prio3's helper and collector (secure aggregation,
+issue 20; docs/privacy.md, "Secure aggregation").
+
+Per window (region, t):
+1. the leader's batch parts arrive with the windows (rase/v1/windows/{region}
+   or Kafka) and are stored before they are acknowledged;
+2. once they cover the batch, the helper opens every sealed share (HPKE, its
+   private key), runs verify_init on them, combines its verifier shares with
+   the leader's and checks each proof, and queues its answer (its verifier
+   shares and the reports it accepted) for the leader;
+3. the leader's share arrives: the two accepted masks are intersected, and
+   the window goes on only if the leader summed the same reports (same count
+   and the same digest of their nonces) and at least k_min of them; the
+   helper's aggregate share over them is added to the leader's noisy one.
+   That region total (exact sum + the leader's noise) is stored as ready, in
+   the transaction that forgets the window's shares;
+4. when every known region of t is ready (or the merge deadline passed), the
+   helper adds its own discrete Laplace noise once to the sum of the regions'
+   totals and publishes the aggregate with the accepted n, the rejected count
+   by reason, the estimate and its exact interval under the known noise, the
+   wall-clock time and the privacy unit. Stored once per t (idempotent).
+A window the two cannot finish is dropped with a reason, never published
+half-verified.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter as PromCounter
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from edge_agent.secagg import report_ctx
+from fusion_center.estimators import Estimate, windowed
+from fusion_center.helper_store import HelperStore
+from fusion_center.merge import history_key
+from rase_common.errors import Outage, StorageError
+from rase_common.kafka import KafkaConfig, KafkaSink
+from rase_common.loop import Wakeup
+from rase_common.mqtt import MqttSink
+from rase_common.mechanisms import Setting
+from rase_common.mechanisms.prio3 import NoiseSum, central_noise, draw_noise, estimate_total
+from rase_common.outbox import OutboxSender
+from rase_common.protocol import topics
+from rase_common.protocol.aggregate import Aggregate, EstimateOut, WindowedOut
+from rase_common.protocol.control import ControlMessage
+from rase_common.protocol.prio3 import (Prio3Batch, Prio3Params, Prio3Share, Prio3Summary, Prio3Verify, WallClock,
+                                        b64, nonce_digest, pack, pack_mask, parse_leader_message, parts_of,
+                                        unpack_mask)
+from rase_common.secagg import compute, open_shares, read_key, tile, unshard_signed
+from rase_common.vdaf import Prio3Aggregator
+
+log = logging.getLogger(__name__)
+LARGE = 2000          # verify in a worker thread above this many reports
+
+
+class Prio3FusionConfig(BaseModel):
+    """The fusion center's `[prio3]` table: it is Prio3's helper and collector."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    private_key_file: Path            # the helper's HPKE private key (64 hex digits): on this host only
+    key_id: str = Field(min_length=1, max_length=64)   # the id devices pinned with its public key
+    verify_key_file: Path             # 64 hex digits shared with the fogs only (Prio3's verify_key)
+    k_min: int = Field(10, ge=1)      # fewest reports both accepted that a region's window may publish
+    answer_deadline_s: float = Field(3600.0, gt=0)   # a batch whose leader share never comes is dropped
+    decrypt_workers: int = Field(2, ge=1, le=64)
+    # Tests only: the helper adds no noise (with the fog's: the published sum is exact).
+    unsafe_no_noise_for_tests: bool = False
+
+
+# -- pure rules ------------------------------------------------------------------------------------
+
+@dataclass
+class Answer:
+    params: Prio3Params
+    aggregator: Prio3Aggregator
+    accepted: np.ndarray           # what the helper accepted, in batch order
+    nonces: list[bytes]
+    messages: list[str]
+    ingest_rejected: int
+
+
+def answer_batch(params: Prio3Params, verify_key: bytes, private_key: bytes, region: str, t: int,
+                 parts: list[Prio3Batch], workers: int = 2) -> Answer:
+    """Open, verify and answer one window's batch (its parts in order)."""
+    vdaf = params.vdaf()
+    nonces, pubs, sealed, leader_vs = [], [], [], []
+    for p in parts:
+        a, b, c, d = p.columns(vdaf)
+        nonces += a
+        pubs += b
+        sealed += c
+        leader_vs += d
+    ctx = report_ctx(region, params.product, t)
+    inputs = open_shares(private_key, ctx, nonces, pubs, sealed, workers)
+    agg = Prio3Aggregator(vdaf, verify_key, ctx, 1)
+    mine = agg.start(nonces, pubs, inputs)
+    accepted = agg.finish(leader_vs)
+    vs = vdaf.verifier_share_size()
+    messages = [Prio3Verify(type="prio3_verify", region=region, t=t, total=len(nonces), first=first, count=count,
+                            helper_verifier_shares=pack(mine[first:first + count], vs),
+                            helper_live=pack_mask([x is not None for x in mine[first:first + count]]),
+                            helper_accepted=pack_mask(accepted[first:first + count])).model_dump_json()
+                for first, count in parts_of(len(nonces), vs)]
+    return Answer(params, agg, accepted, nonces, messages, sum(p.ingest_rejected for p in parts))
+
+
+def combine(answer: Answer, share: Prio3Share, k_min: int) -> tuple[dict | None, str | None]:
+    """The region's ready record from the leader's share, or (None, why it is dropped)."""
+    agg = answer.aggregator
+    total = len(answer.nonces)
+    rejected = Counter(r.value for r in agg.reasons if r is not None)
+    base = {"params": answer.params.model_dump(), "received": total, "ingest_rejected": answer.ingest_rejected}
+    if share.dropped is not None:
+        return None, share.dropped
+    if share.total != total:
+        return None, "batch_mismatch"
+    both = answer.accepted & unpack_mask(share.leader_accepted, total, "leader_accepted")
+    n = int(both.sum())
+    if n != share.accepted or nonce_digest(answer.nonces, both) != share.accepted_digest:
+        return None, "accepted_mismatch"      # the two would publish different report sets: never
+    if n < k_min:
+        return None, "under_k_min"
+    rejected.update(share.leader_rejected)
+    totals = unshard_signed(agg.vdaf, [b64(share.agg_share or "", "agg_share"), agg.aggregate(both)])
+    return {**base, "totals": totals, "accepted": n, "rejected": dict(rejected),
+            "leader_draws": share.noise_draws}, None
+
+
+def merge_ready(records: list[dict], params: Prio3Params, *, noise: bool = True) -> tuple[list[int], int, int]:
+    """(noisy totals, accepted n, noise draws) of one t: the regions' totals
+    summed, plus the helper's own noise, once."""
+    totals = np.sum([r["totals"] for r in records], axis=0).astype(object)
+    draws = sum(r["leader_draws"] for r in records)
+    if noise:
+        totals = totals + np.array(draw_noise(central_noise(params.sensitivity, params.dp_eps), len(totals)),
+                                   dtype=object)
+        draws += 1
+    return [int(x) for x in totals], sum(r["accepted"] for r in records), draws
+
+
+def build_aggregate(t: int, ready: list[tuple[str, dict]], precision: ControlMessage, known: set[str], *,
+                    level: float, noise: bool = True, dropped: dict[str, str] | None = None,
+                    history: dict[str, dict[int, Estimate]] | None = None, windows_w: tuple[int, ...] = ()
+                    ) -> tuple[Aggregate, dict[str, Estimate]]:
+    """The published aggregate of t from its regions' ready records (all of one deployment's params)."""
+    params = Prio3Params(**ready[0][1]["params"])
+    records = [r for _, r in ready]
+    totals, n, draws = merge_ready(records, params, noise=noise)
+    d = central_noise(params.sensitivity, params.dp_eps)
+    law = NoiseSum(d.t, d.s, draws)
+    out = estimate_total(params.kind, totals, n, law, Setting.of(precision), level)
+    est = dict(out.named)
+    win: dict[str, dict[str, WindowedOut]] = {}
+    for w in windows_w:
+        win[str(w)] = {name: WindowedOut(**windowed({**(history or {}).get(history_key("prio3", name), {}), t: e},
+                                                    t, w, level)) for name, e in est.items()}
+    rejected = Counter()
+    for r in records:
+        rejected.update(r["rejected"])
+        if r["ingest_rejected"]:
+            rejected["ingest"] += r["ingest_rejected"]
+    period = params.window_period_s(precision.period_s)
+    summary = Prio3Summary(
+        kind=params.kind, product=params.product, received=sum(r["received"] for r in records), accepted=n,
+        rejected=dict(rejected), dropped_regions=dropped or {}, total=float(totals[0]) if params.kind != "histogram"
+        else float(sum(totals)), counts=[float(x) for x in totals] if params.kind == "histogram" else [],
+        noise={"distribution": "discrete Laplace", "scale_per_draw": law.scale, "draws": draws,
+               "sensitivity": params.sensitivity, "off_for_tests": "yes" if draws == 0 else "no"},
+        wall_clock=WallClock.of(t, precision.epoch0, period), privacy=privacy_unit(params, period))
+    regions = sorted(r for r, _ in ready)
+    agg = Aggregate(t=t, n=n, regions=regions, complete=known <= set(regions), level=level,
+                    estimates={k: _out(e) for k, e in est.items()}, what=dict(out.meaning), mechanism="prio3",
+                    frequencies=[_out(e) for e in out.frequencies], clamped=False, share_at_bound=0.0, windowed=win,
+                    privacy=[{"region": r, "mechanism": "prio3", "dp_eps": params.dp_eps} for r in regions],
+                    prio3=summary)
+    return agg, est
+
+
+def privacy_unit(params: Prio3Params, period_s: float) -> dict:
+    per_hour = 3600.0 / period_s
+    return {"unit": "one device's report: its reading (or its average over the product's period)",
+            "eps_per_release": params.dp_eps, "delta": 0.0, "releases_per_hour": per_hour,
+            "eps_per_hour": params.dp_eps * per_hour, "eps_per_day": params.dp_eps * 24 * per_hour,
+            "composition": "basic (the ledger's)", "holds_if": "the fog or the fusion center is honest"}
+
+
+def _out(e: Estimate) -> EstimateOut:
+    return EstimateOut(value=e.value, ci=(e.lo, e.hi), n=e.n, method=e.method or None)
+
+
+# -- the helper inside a FusionService ------------------------------------------------------------
+
+class HelperMetrics:
+    def __init__(self, registry: CollectorRegistry):
+        self.windows = PromCounter("rase_fusion_prio3_windows", "Prio3 windows, by outcome (answered, ready, "
+                                   "dropped_<reason>)", ["outcome"], registry=registry)
+        self.rejected = PromCounter("rase_fusion_prio3_reports_rejected", "Prio3 reports rejected, by reason",
+                                    ["reason"], registry=registry)
+
+
+class Prio3Helper:
+    def __init__(self, cfg: Prio3FusionConfig, *, regions: list[str], merge_deadline_s: float,
+                 registry: CollectorRegistry, storage: Outage):
+        self.cfg = cfg
+        self.known = set(regions)
+        self.merge_deadline_s = merge_deadline_s
+        self.metrics = HelperMetrics(registry)
+        self.storage = storage
+        self.answering = Outage("fusion prio3 answers", log)
+        self.outbox_wakeup, self.work_wakeup = Wakeup(), Wakeup()
+        self.store: HelperStore | None = None
+        self.answers: dict[tuple[str, int], Answer] = {}
+        self.private_key = self.verify_key = b""
+        self.sender: OutboxSender | None = None
+        self.sink = None
+
+    def open(self, db) -> None:  # noqa: ANN001 - the fusion store's connection
+        self.private_key = read_key(self.cfg.private_key_file, "fusion [prio3] private_key_file")
+        self.verify_key = read_key(self.cfg.verify_key_file, "fusion [prio3] verify_key_file")
+        self.store = HelperStore(db)
+        if self.cfg.unsafe_no_noise_for_tests:
+            log.warning("fusion [prio3] unsafe_no_noise_for_tests: the helper adds NO noise (tests only)")
+
+    async def connect(self, stack: contextlib.AsyncExitStack, transport: str, kafka: KafkaConfig, *, link) -> None:
+        """Answers go back over the transport the batches came by."""
+        if transport == "kafka":
+            self.sink = KafkaSink(kafka.model_copy(update={"topic": topics.KAFKA_PRIO3_VERIFY_TOPIC}))
+            stack.push_async_callback(self.sink.stop)
+        else:
+            self.sink = MqttSink(link, topics.prio3_verify_topic)
+        self.sender = OutboxSender("fusion prio3 answers", unsent=self.store.unsent,
+                                   send=lambda row: self.sink.send(row[0], row[3]),
+                                   mark_sent=lambda row: self.store.mark_sent(row[0], row[1], row[2]),
+                                   outage=self.answering, storage=self.storage, wakeup=self.outbox_wakeup)
+
+    def tasks(self) -> list:
+        return [self.sender.run(), self._work()]
+
+    # -- intake ----------------------------------------------------------------------------------
+    def take(self, payloads: list[bytes], now: float, has_aggregate) -> list[tuple[str, str]]:  # noqa: ANN001
+        """Store the leader's messages of one intake batch (one commit); returns
+        (reason, detail) of each invalid one, for the quarantine (aligned with None for good ones)."""
+        parts, shares, bad = [], [], []
+        for payload in payloads:
+            try:
+                m = parse_leader_message(payload)
+            except (ValidationError, ValueError) as err:
+                bad.append(("prio3_invalid", str(err).replace("\n", " ")[:300]))
+                continue
+            bad.append(None)
+            self.known.add(m.region)
+            if has_aggregate(m.t):                         # late: its t is published already
+                if isinstance(m, Prio3Share) and self.store.state(m.region, m.t) is not None:
+                    self._drop(m.region, m.t, "late")
+                continue
+            if isinstance(m, Prio3Batch):
+                parts.append((m.region, m.t, m.first, payload.decode()))
+            else:
+                shares.append((m.region, m.t, payload.decode()))
+        if self.store.add(parts, shares, now):
+            self.outbox_wakeup.set()
+        if parts or shares:
+            self.work_wakeup.set()
+        return bad
+
+    # -- answering and combining -------------------------------------------------------------------
+    async def _work(self) -> None:
+        self.work_wakeup.bind()
+        while True:
+            if not self.storage.down:
+                try:
+                    await self.step(time.time())
+                except StorageError as err:
+                    self.storage.failed(err)
+                except Exception:  # noqa: BLE001 - a bug one window triggers must not stop the service
+                    log.exception("fusion prio3: a window could not be processed; retried")
+            await self.work_wakeup.wait(None, 5.0)
+
+    async def step(self, now: float) -> int:
+        """Answer complete batches; combine windows whose leader share came; drop stale ones."""
+        done = 0
+        for region, t, state, received in self.store.windows():
+            answer = self.answers.get((region, t))
+            if answer is None:       # first time, or after a restart: open and verify (deterministic)
+                answer = await self._answer(region, t, now - received)
+                if answer is None:
+                    continue
+            if state != "answered":
+                self.store.answered(region, t, answer.messages, now)
+                self.metrics.windows.labels("answered").inc()
+                self.outbox_wakeup.set()
+            share = self.store.share(region, t)
+            if share is not None:
+                self._combine(region, t, answer, Prio3Share.model_validate_json(share), now)
+                done += 1
+            elif now - received > self.cfg.answer_deadline_s:
+                self._drop(region, t, "no_leader_share")
+        return done
+
+    async def _answer(self, region: str, t: int, age_s: float) -> Answer | None:
+        """Open and verify a window's batch once its parts are all here (None: not yet, or dropped)."""
+        parts = [Prio3Batch.model_validate_json(p) for p in self.store.parts(region, t)]
+        params = parts[0].params
+        try:
+            ordered = tile(parts, parts[0].total)
+            if ordered is not None and any(p.params != params or p.total != parts[0].total for p in ordered):
+                raise ValueError("the parts of one batch disagree")
+        except ValueError as err:
+            self._drop(region, t, f"batch_invalid: {err}"[:64])
+            return None
+        if ordered is None:
+            if age_s > self.cfg.answer_deadline_s:
+                self._drop(region, t, "batch_incomplete")
+            return None
+        answer = await compute(answer_batch, params, self.verify_key, self.private_key, region, t, ordered,
+                               self.cfg.decrypt_workers, in_thread=parts[0].total > LARGE)
+        self.answers[(region, t)] = answer
+        return answer
+
+    def _combine(self, region: str, t: int, answer: Answer, share: Prio3Share, now: float) -> None:
+        record, reason = combine(answer, share, self.cfg.k_min)
+        self.store.finish(region, t, record, now, reason)
+        self.answers.pop((region, t), None)
+        if record is None:
+            self.metrics.windows.labels(f"dropped_{reason}").inc()
+            log.info("fusion prio3 (%s, %d): dropped, %s", region, t, reason)
+            return
+        for why, k in record["rejected"].items():
+            self.metrics.rejected.labels(why).inc(k)
+        self.metrics.windows.labels("ready").inc()
+
+    def _drop(self, region: str, t: int, reason: str) -> None:
+        self.store.finish(region, t, None, time.time(), reason)
+        self.answers.pop((region, t), None)
+        self.metrics.windows.labels(f"dropped_{reason.split(':')[0]}").inc()
+        log.warning("fusion prio3 (%s, %d): dropped, %s", region, t, reason)
+
+    # -- publishing -------------------------------------------------------------------------------
+    def due(self, now: float) -> list[tuple[int, list[tuple[str, dict]], float]]:
+        """Timestamps whose regions are all ready, or whose first ready region is
+        merge_deadline_s old: (t, [(region, record)], first ready time)."""
+        by_t: dict[int, list] = {}
+        for region, t, record, at in self.store.ready():
+            by_t.setdefault(t, []).append((region, record, at))
+        out = []
+        for t, rows in sorted(by_t.items()):
+            first = min(at for *_, at in rows)
+            if self.known <= {r for r, *_ in rows} or now - first >= self.merge_deadline_s:
+                out.append((t, [(r, rec) for r, rec, _ in rows], first))
+        return out
+
+    def aggregated(self, t: int, stored: bool) -> None:
+        """t is published (or had too few reports to publish): forget its records."""
+        if not stored:
+            log.info("fusion prio3 t=%d: fewer than k_min %d reports both accepted; not published", t,
+                     self.cfg.k_min)
+        self.store.aggregated(t)
+        self.store.prune(t - 100_000)
+
+    def aggregate(self, t: int, ready: list[tuple[str, dict]], precision: ControlMessage, *, level: float,
+                  history, windows_w: tuple[int, ...]) -> tuple[Aggregate, dict] | None:  # noqa: ANN001
+        """The aggregate of t (None: nothing publishable; its records are forgotten)."""
+        current = precision.prio3
+        mine = [(r, rec) for r, rec in ready if current is None or Prio3Params(**rec["params"]) == current]
+        mine = mine or ready                      # around a change of params: the newest t still publishes
+        dropped = {r: "other_params" for r, _ in ready if r not in {m for m, _ in mine}}
+        if sum(rec["accepted"] for _, rec in mine) < self.cfg.k_min:
+            return None
+        return build_aggregate(t, mine, precision, set(self.known), level=level,
+                               noise=not self.cfg.unsafe_no_noise_for_tests, dropped=dropped, history=history,
+                               windows_w=windows_w)
+
