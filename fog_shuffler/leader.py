@@ -41,10 +41,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from edge_agent.secagg import report_ctx
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, _rejection
-from fog_shuffler.leader_journal import LeaderJournal
+from fog_shuffler.leader_journal import SHARE_SEQ, LeaderJournal
 from fog_shuffler.randomness import window_rng
 from fog_shuffler.windows import ClosedWindow
 from rase_common.errors import Outage, StorageError
+from rase_common.failpoints import crash_point
 from rase_common.kafka import KafkaConfig, KafkaSink, KafkaSource
 from rase_common.loop import Wakeup
 from rase_common.mqtt import MqttSink
@@ -260,8 +261,12 @@ class Prio3Leader:
             stack.push_async_callback(self.reply_source.stop)
         self.sender = OutboxSender("fog prio3 exchange", unsent=self.journal.unsent,
                                    send=lambda row: self.sink.send(row[0], row[3]),
-                                   mark_sent=lambda row: self.journal.mark_sent(row[0], row[1], row[2]),
-                                   outage=self.forwarding, storage=self.storage, wakeup=self.outbox_wakeup)
+                                   mark_sent=self._sent, outage=self.forwarding, storage=self.storage,
+                                   wakeup=self.outbox_wakeup)
+
+    def _sent(self, row: tuple[str, int, int, str]) -> None:
+        self.journal.mark_sent(row[0], row[1], row[2])
+        crash_point("leader_after_forward" if row[2] < SHARE_SEQ else "leader_after_share")
 
     def subscriptions(self) -> list[tuple[str, int]]:
         return [(topics.prio3_verify_topic(r), 1) for r in sorted(self.regions)]
@@ -306,6 +311,10 @@ class Prio3Leader:
     def commit(self, replies: list[tuple[str, int, int, str]]) -> None:
         """Journal the batch's accepted reports and answers (the ingest's commit)."""
         self.journal.add(self.pending.reports, replies)
+        if self.pending.reports:
+            crash_point("leader_after_journal")
+        if replies:
+            crash_point("leader_after_verify")
         self.nonces.update(self.pending.nonces)
         self.pending = _Pending()
         if replies:

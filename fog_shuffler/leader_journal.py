@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from rase_common.sqlite import storage_errors
 
+SHARE_SEQ = 1 << 30   # the leader's share follows its batch parts (0, 1, ...) in the outbox
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS prio3_reports (region TEXT, t INTEGER, device TEXT, nonce BLOB, public BLOB, leader BLOB,
                                           sealed BLOB, eps REAL, PRIMARY KEY (region, t, device));
@@ -127,7 +129,7 @@ class LeaderJournal:
             self.db.execute("UPDATE prio3_windows SET state=?, reason=? WHERE region=? AND t=?",
                             (state, reason, region, t))
             self.db.execute("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
-                            (region, t, 1 << 30, message))
+                            (region, t, SHARE_SEQ, message))
 
     def resend(self, region: str, t: int, now: float) -> None:
         """The helper has not answered: queue the window's batch again."""

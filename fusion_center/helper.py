@@ -41,6 +41,7 @@ from fusion_center.estimators import Estimate, windowed
 from fusion_center.helper_store import HelperStore
 from fusion_center.merge import history_key
 from rase_common.errors import Outage, StorageError
+from rase_common.failpoints import crash_point
 from rase_common.kafka import KafkaConfig, KafkaSink
 from rase_common.loop import Wakeup
 from rase_common.mqtt import MqttSink
@@ -236,8 +237,12 @@ class Prio3Helper:
             self.sink = MqttSink(link, topics.prio3_verify_topic)
         self.sender = OutboxSender("fusion prio3 answers", unsent=self.store.unsent,
                                    send=lambda row: self.sink.send(row[0], row[3]),
-                                   mark_sent=lambda row: self.store.mark_sent(row[0], row[1], row[2]),
-                                   outage=self.answering, storage=self.storage, wakeup=self.outbox_wakeup)
+                                   mark_sent=self._sent, outage=self.answering, storage=self.storage,
+                                   wakeup=self.outbox_wakeup)
+
+    def _sent(self, row: tuple[str, int, int, str]) -> None:
+        self.store.mark_sent(row[0], row[1], row[2])
+        crash_point("helper_after_verify")
 
     def tasks(self) -> list:
         return [self.sender.run(), self._work()]
@@ -265,6 +270,10 @@ class Prio3Helper:
                 shares.append((m.region, m.t, payload.decode()))
         if self.store.add(parts, shares, now):
             self.outbox_wakeup.set()
+        if parts:
+            crash_point("helper_after_journal")
+        if shares:
+            crash_point("helper_after_share")
         if parts or shares:
             self.work_wakeup.set()
         return bad
@@ -360,6 +369,7 @@ class Prio3Helper:
         if not stored:
             log.info("fusion prio3 t=%d: fewer than k_min %d reports both accepted; not published", t,
                      self.cfg.k_min)
+        crash_point("helper_after_aggregate")
         self.store.aggregated(t)
         self.store.prune(t - 100_000)
 
