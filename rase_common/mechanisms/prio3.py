@@ -37,7 +37,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from edge_agent.dlaplace import DiscreteLaplace
 from edge_agent.entropy import RandomBits
@@ -141,6 +140,8 @@ class NoiseSum:
 def _nb_tail(m: int, q: float, c: int) -> float:
     """P(X - Y > c), X, Y iid negative binomial(m, 1 - q) (failures before m
     successes): a sum of m discrete Laplace(q) draws is X - Y."""
+    from scipy import stats       # on first use: importing scipy.stats costs a service a second at start
+
     p = 1 - q
     j_max = int(stats.nbinom.isf(1e-16, m, p)) + 1
     if j_max > 20_000_000:
