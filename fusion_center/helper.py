@@ -133,26 +133,27 @@ def combine(answer: Answer, share: Prio3Share, k_min: int) -> tuple[dict | None,
             "leader_draws": share.noise_draws}, None
 
 
-def merge_ready(records: list[dict], params: Prio3Params, *, noise: bool = True) -> tuple[list[int], int, int]:
+def merge_ready(records: list[dict], params: Prio3Params, *, noise: bool = True, bits=None
+                ) -> tuple[list[int], int, int]:  # noqa: ANN001
     """(noisy totals, accepted n, noise draws) of one t: the regions' totals
-    summed, plus the helper's own noise, once."""
-    totals = np.sum([r["totals"] for r in records], axis=0).astype(object)
+    summed, plus the helper's own noise, once (os.urandom unless a test hands bits)."""
+    totals = [sum(col) for col in zip(*[r["totals"] for r in records])]
     draws = sum(r["leader_draws"] for r in records)
     if noise:
-        totals = totals + np.array(draw_noise(central_noise(params.sensitivity, params.dp_eps), len(totals)),
-                                   dtype=object)
+        z = draw_noise(central_noise(params.sensitivity, params.dp_eps), len(totals), bits)
+        totals = [x + e for x, e in zip(totals, z)]
         draws += 1
     return [int(x) for x in totals], sum(r["accepted"] for r in records), draws
 
 
 def build_aggregate(t: int, ready: list[tuple[str, dict]], precision: ControlMessage, known: set[str], *,
                     level: float, noise: bool = True, dropped: dict[str, str] | None = None,
-                    history: dict[str, dict[int, Estimate]] | None = None, windows_w: tuple[int, ...] = ()
-                    ) -> tuple[Aggregate, dict[str, Estimate]]:
+                    history: dict[str, dict[int, Estimate]] | None = None, windows_w: tuple[int, ...] = (),
+                    bits=None) -> tuple[Aggregate, dict[str, Estimate]]:  # noqa: ANN001
     """The published aggregate of t from its regions' ready records (all of one deployment's params)."""
     params = Prio3Params(**ready[0][1]["params"])
     records = [r for _, r in ready]
-    totals, n, draws = merge_ready(records, params, noise=noise)
+    totals, n, draws = merge_ready(records, params, noise=noise, bits=bits)
     d = central_noise(params.sensitivity, params.dp_eps)
     law = NoiseSum(d.t, d.s, draws)
     out = estimate_total(params.kind, totals, n, law, Setting.of(precision), level)
