@@ -60,8 +60,8 @@ class AgentCore:
 
     def report_period_s(self):
         """Seconds between reports: the period, or a prio3 product's (hourly, daily)."""
-        r = self.randomizer
-        return r.report_period_s(self.period_s) if hasattr(r, "report_period_s") else self.period_s
+        per_product = getattr(self.randomizer, "report_period_s", None)
+        return per_product(self.period_s) if per_product is not None else self.period_s
 
     def privacy_spent(self):
         """eps per report, per hour at this period, and spent this budget period."""
@@ -105,7 +105,7 @@ class AgentCore:
             self._set_status("no_eps_level")
             return None
         if self.mechanism == PRIO3:
-            return self._step_prio3(x, now, t, eps)
+            return self._step_prio3(self.randomizer, x, now, t, eps)
         # Validate the reading and the sampler before spending, so a sensor
         # fault or a refused calibration costs no budget.
         self.randomizer.quantize(x)
@@ -116,15 +116,15 @@ class AgentCore:
         self.last_t = t
         return self._queue(wire.encode_report(t, y, eps, self.seq + 1))
 
-    def _step_prio3(self, x, now, t, eps):
+    def _step_prio3(self, client, x, now, t, eps):
         """A Prio3 report when one is due (every period, or once per product
         period with that period's average); eps is what the deployment's
         accounting charges a report (prio3.dp_eps: each release is dp_eps-DP)."""
-        due = self.randomizer.observe(x, now, self.epoch0, self.period_s)
+        due = client.observe(x, now, self.epoch0, self.period_s)
         self.last_t = t
         if due is None or not self._spend(eps, now):
             return None
-        return self._queue(self.randomizer.report(due[0], due[1], eps, self.seq + 1))
+        return self._queue(client.report(due[0], due[1], eps, self.seq + 1))
 
     def _spend(self, eps, now):
         """Charge eps to the ledger; False (status says why) when it cannot."""

@@ -106,6 +106,7 @@ class Prio3Client:
         # (vdaf, ctx, measurement, helper key, read) -> report; a CPython simulator may hand a faster one
         # that makes the same bytes (rase_common.vdaf.fast_client).
         self.make_report = make_report
+        self.control_key = None   # what it was built from (AgentCore keeps it while that does not change)
 
     def _measurer(self, calibration, on_above, bands):
         if self.kind == "sum":

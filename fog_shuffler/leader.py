@@ -234,6 +234,7 @@ class Prio3Leader:
         self.sink = None
         self.reply_source = None          # Kafka: the helper's answers (MQTT: they come with the reports)
         self.sender: OutboxSender | None = None
+        self.finished = 0                 # windows whose noisy share was queued (each makes one aggregate)
 
     # -- start -----------------------------------------------------------------------------
     def open(self, db) -> None:  # noqa: ANN001 - the fog journal's connection
@@ -399,6 +400,7 @@ class Prio3Leader:
                                  in_thread=total > LARGE)
         state = "done" if share.dropped is None else "dropped"
         self.journal.finish(region, t, share.model_dump_json(), state, share.dropped)
+        self.finished += share.dropped is None
         for reason, k in Counter(r.value for r in agg.reasons if r is not None).items():
             self.metrics.rejected.labels(reason).inc(k)
         self.metrics.windows.labels("aggregated" if share.dropped is None else f"dropped_{share.dropped}").inc()
