@@ -341,12 +341,15 @@ class Prio3Leader:
             self.journal.close(cw.region, cw.t, None, "", [], time.time())
             return False
         reports = self.journal.reports_of(cw.region, cw.t, cw.devices)
+        started = time.perf_counter()
         closed = await compute(close_batch, params, self.verify_key, cw.region, cw.t, reports, window_rng(),
                                ingest_rejected, in_thread=len(reports) > LARGE)
         batch = [reports[i] for i in closed.order]
         self.journal.close(cw.region, cw.t, batch, params.model_dump_json(), closed.messages, time.time())
         self.states[(cw.region, cw.t)] = closed.aggregator
         self.metrics.windows.labels("forwarded").inc()
+        log.info("fog prio3 (%s, %d): closed, %d reports, batch queued in %.3f s", cw.region, cw.t, len(reports),
+                 time.perf_counter() - started)
         self.outbox_wakeup.set()
         return True
 
@@ -404,6 +407,7 @@ class Prio3Leader:
         for reason, k in Counter(r.value for r in agg.reasons if r is not None).items():
             self.metrics.rejected.labels(reason).inc(k)
         self.metrics.windows.labels("aggregated" if share.dropped is None else f"dropped_{share.dropped}").inc()
+        log.debug("fog prio3 (%s, %d): verified with the helper's shares, share queued", region, t)
         if share.dropped:
             log.info("fog prio3 (%s, %d): dropped, %s (%d of %d accepted by both, k_min %d)", region, t,
                      share.dropped, n, total, self.k_min)

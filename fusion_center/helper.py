@@ -328,9 +328,12 @@ class Prio3Helper:
             if age_s > self.cfg.answer_deadline_s:
                 self._drop(region, t, "batch_incomplete")
             return None
+        started = time.perf_counter()
         answer = await compute(answer_batch, params, self.verify_key, self.private_key, region, t, ordered,
                                self.cfg.decrypt_workers, in_thread=parts[0].total > LARGE)
         self.answers[(region, t)] = answer
+        log.debug("fusion prio3 (%s, %d): %d reports opened and verified in %.3f s", region, t, parts[0].total,
+                  time.perf_counter() - started)
         return answer
 
     def _combine(self, region: str, t: int, answer: Answer, share: Prio3Share, now: float) -> None:
@@ -344,6 +347,7 @@ class Prio3Helper:
         for why, k in record["rejected"].items():
             self.metrics.rejected.labels(why).inc(k)
         self.metrics.windows.labels("ready").inc()
+        log.debug("fusion prio3 (%s, %d): ready, %d reports both accepted", region, t, record["accepted"])
 
     def _drop(self, region: str, t: int, reason: str) -> None:
         self.store.finish(region, t, None, time.time(), reason)
