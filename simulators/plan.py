@@ -53,13 +53,13 @@ def product_readings(data_dir: Path, period_s: float, product: str, setting: Set
     """REFIT-like readings at the product's granularity: devices x releases
     (NaN: no report). per-t: the bundled day at period_s; hourly / daily: each
     device's rounded mean of its quantized readings over the hour / day."""
-    from simulators.evaluation import readings_matrix
     from simulators.pipeline import fleet
-    from simulators.refit import epoch0_of, load_house
+    from simulators.refit import epoch0_of, grid_readings, load_house
 
     houses = [load_house(data_dir, h) for h in (1, 2, 3, 5, 12)]
     epoch0 = epoch0_of(houses, period_s)
-    x = readings_matrix(fleet(houses, 1, 0.0), epoch0, period_s, 0, int(86400 // period_s))
+    x = np.vstack([grid_readings(d.house, d.column, epoch0, period_s, int(86400 // period_s))
+                   for d in fleet(houses, 1, 0.0)])
     if product == "per-t":
         return x
     per = int(PRODUCT_SECONDS[product] // period_s)
