@@ -276,7 +276,7 @@ class FogService(Service):
             self.leader.commit(replies)
         self._count(after)
         self.source.ack([m for *_, m in after])
-        self.reports_taken += len(after)
+        self.reports_taken += len(after) - len(replies)
         if complete:
             self.due.set()
 
