@@ -75,7 +75,7 @@ def _publish_packet(topic: str, payload: str, mid: int) -> bytes:
     return b"\x32" + _varint(len(body)) + body
 
 
-def _publish_all(port: int, cid: str, messages, start_at: float) -> None:
+def _publish_all(port: int, cid: str, messages, start_at: float, pace: tuple[int, float] | None = None) -> None:
     """A load generator, not a device: MQTT 3.1.1 over a plain socket, every
     PUBLISH (QoS 1) encoded before the start, sent in large writes, with at
     most INFLIGHT unacknowledged; returns when the broker has acked them all.
@@ -85,8 +85,13 @@ def _publish_all(port: int, cid: str, messages, start_at: float) -> None:
     if callable(messages):           # made in this process (prio3 reports are dear to make)
         messages = messages()
     packets = [_publish_packet(t, p, 1 + i % 65535) for i, (t, p) in enumerate(messages)]
-    chunks = [b"".join(packets[i:i + CHUNK]) for i in range(0, len(packets), CHUNK)]
-    sizes = [min(CHUNK, len(packets) - i) for i in range(0, len(packets), CHUNK)]
+    # pace = (messages per window, seconds): window k's messages leave k x seconds after the start.
+    per_window, pace_s = pace or (len(packets) or 1, 0.0)
+    starts = [i for w in range(0, len(packets), per_window) for i in range(w, min(w + per_window, len(packets)),
+                                                                             CHUNK)]
+    chunks = [b"".join(packets[i:min(i + CHUNK, (i // per_window + 1) * per_window)]) for i in starts]
+    sizes = [min(CHUNK, (i // per_window + 1) * per_window - i, len(packets) - i) for i in starts]
+    due = [(i // per_window) * pace_s for i in starts]
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     # Level 4 (3.1.1), clean session, keepalive 3600 s: it publishes without
@@ -131,8 +136,11 @@ def _publish_all(port: int, cid: str, messages, start_at: float) -> None:
             time.sleep(0.001)
     else:
         start_at.wait()           # a barrier: every load generator has made its reports
+    began = time.time()
     sent = 0
-    for chunk, k in zip(chunks, sizes):
+    for chunk, k, at in zip(chunks, sizes, due):
+        while time.time() < began + at:
+            time.sleep(0.001)
         with cond:
             if not cond.wait_for(lambda: sent + k - acks[0] <= INFLIGHT or len(acks) > 1, timeout=60) \
                     or len(acks) > 1:
@@ -230,12 +238,15 @@ class Subscriber:
         self.c.loop_stop()
 
 
-def _run_publishers(port: int, per_proc: list, made_first: bool = False) -> float:
+def _run_publishers(port: int, per_proc: list, made_first: bool = False,
+                    pace: list[tuple[int, float]] | None = None) -> float:
     """Start the load generators together; the start time. made_first: each
-    makes its messages first (prio3 reports are dear), then all start at once."""
+    makes its messages first (prio3 reports are dear), then all start at once.
+    pace: per load generator, (its messages per window, seconds between windows)."""
     barrier = mp.Barrier(len(per_proc) + 1) if made_first else None
     start_at = barrier or time.time() + 1.0
-    procs = [mp.Process(target=_publish_all, args=(port, f"bench-pub-{i}-{os.getpid()}", msgs, start_at))
+    procs = [mp.Process(target=_publish_all, args=(port, f"bench-pub-{i}-{os.getpid()}", msgs, start_at,
+                                                   pace[i] if pace else None))
              for i, msgs in enumerate(per_proc)]
     for p in procs:
         p.start()
@@ -403,8 +414,9 @@ def pipeline(port: int, fogs: int, publishers: int, devices: int, windows: int) 
                 "latency_p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None}
 
 
-def secure_pipeline(port: int, publishers: int, devices: int, windows: int) -> dict:
-    """One fog as Prio3's leader and the fusion center as helper; Prio3Sum reports."""
+def secure_pipeline(port: int, publishers: int, devices: int, windows: int, pace_s: float | None = None) -> dict:
+    """One fog as Prio3's leader and the fusion center as helper; Prio3Sum reports.
+    pace_s: a window every pace_s seconds (devices reporting every pace_s), else as fast as possible."""
     import re
 
     from rase_common.secagg import write_keys
@@ -423,8 +435,9 @@ def secure_pipeline(port: int, publishers: int, devices: int, windows: int) -> d
             parts = [Prio3Reports(keys["public_key"], 4000, "r1", devices, windows, t0, i, publishers)
                      for i in range(publishers)]
             sent = devices * windows
-            started = _run_publishers(port, parts, made_first=True)
-            deadline = time.time() + 180
+            pace = [(len(range(i, devices, publishers)), pace_s) for i in range(publishers)] if pace_s else None
+            started = _run_publishers(port, parts, made_first=True, pace=pace)
+            deadline = time.time() + 180 + windows * (pace_s or 0)
             while len(sub.aggregates) < windows and time.time() < deadline:
                 time.sleep(0.05)
             time.sleep(0.5)
@@ -458,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mechanism", choices=["br", "prio3"], default="br",
                     help="prio3: the secure-aggregation mode too, beside the local-DP (BR) path in the same run")
     ap.add_argument("--prio3-windows", type=int, default=8, help="prio3: windows of --devices reports")
+    ap.add_argument("--prio3-pace", type=float, default=8.0,
+                    help="prio3 latency run: a window every this many seconds, as devices reporting every period "
+                         "(default %(default)s; the throughput run sends as fast as possible)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="rase-e2e-broker-") as tmp:
@@ -466,8 +482,11 @@ def main(argv: list[str] | None = None) -> int:
             ceil = ceiling(broker.port, args.publishers, args.devices, args.windows)
             one = pipeline(broker.port, 1, args.publishers, args.devices, args.windows)
             two = pipeline(broker.port, 2, args.publishers, args.devices // 2, args.windows)
-            secure = (secure_pipeline(broker.port, args.publishers, args.devices, args.prio3_windows)
-                      if args.mechanism == "prio3" else None)
+            secure = paced = None
+            if args.mechanism == "prio3":
+                secure = secure_pipeline(broker.port, args.publishers, args.devices, args.prio3_windows)
+                paced = secure_pipeline(broker.port, args.publishers, args.devices, args.prio3_windows,
+                                        pace_s=args.prio3_pace)
         finally:
             broker.stop()
     print(f"cores: {os.cpu_count()}; windows of {args.devices} reports; {args.publishers} load-generator processes")
@@ -490,12 +509,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['rate_to_last_aggregate'] / ceil['rate']:>12.2f}")
         print(f"prio3 / local DP (one fog): {r['rate'] / one['rate']:.2f}; leader close (shuffle, verify_init, "
               f"journal) per window: mean {r['close_s_mean']:.3f} s, max {r['close_s_max']:.3f} s (in the latency)")
+        p = paced
+        print(f"prio3, a window every {args.prio3_pace:g} s: close-to-aggregate p50 {p['latency_p50_ms']:.0f} ms, "
+              f"p99 {p['latency_p99_ms']:.0f} ms, lost {p['lost']}; leader close mean {p['close_s_mean']:.3f} s")
     print(f"two fogs / one fog: {two['rate'] / one['rate']:.2f}")
     if args.json:
         out = {"ceiling": ceil, "one_fog": one, "two_fogs": two, "one_fog_vs_ceiling": one["rate"] / ceil["rate"],
                "two_fogs_vs_one": two["rate"] / one["rate"]}
         if secure is not None:
-            out.update(prio3=secure, prio3_vs_local=secure["rate"] / one["rate"])
+            out.update(prio3=secure, prio3_paced=paced, prio3_vs_local=secure["rate"] / one["rate"])
         print(json.dumps(out))
     return 0
 

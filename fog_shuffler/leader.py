@@ -40,11 +40,11 @@ from prometheus_client import CollectorRegistry, Counter as PromCounter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from edge_agent.secagg import report_ctx
-from fog_shuffler.ingest import Accepted, IngestRules, Rejected, _rejection
+from fog_shuffler.ingest import Accepted, IngestRules, Rejected, parse_report
 from fog_shuffler.leader_journal import SHARE_SEQ, LeaderJournal
 from fog_shuffler.randomness import window_rng
 from fog_shuffler.windows import ClosedWindow
-from rase_common.errors import Outage, StorageError
+from rase_common.errors import Outage
 from rase_common.failpoints import crash_point
 from rase_common.kafka import KafkaConfig, KafkaSink, KafkaSource
 from rase_common.loop import Wakeup
@@ -53,7 +53,7 @@ from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
 from rase_common.protocol.prio3 import (MAX_PRIO3_REPORT_BYTES, Prio3Batch, Prio3Params, Prio3Report, Prio3Share,
                                         Prio3Verify, nonce_digest, pack, pack_mask, parts_of)
-from rase_common.secagg import compute, noisy_share, read_key, tile
+from rase_common.secagg import compute, noisy_share, read_key, tile, work_loop
 from rase_common.vdaf import Prio3Aggregator
 
 log = logging.getLogger(__name__)
@@ -84,20 +84,7 @@ class Prio3Accepted(Accepted):
 def validate_report(topic: str, payload: bytes, now_t: int, rules: IngestRules, params: Prio3Params | None
                     ) -> Prio3Accepted:
     """Accept one Prio3 report or raise Rejected(reason)."""
-    if len(payload) > MAX_PRIO3_REPORT_BYTES:
-        raise Rejected("oversized", f"{len(payload)} bytes")
-    where = topics.parse_report_topic(topic)
-    if where is None:
-        raise Rejected("bad_topic", topic[:80])
-    region, device = where
-    try:
-        rep = Prio3Report.model_validate_json(payload)
-    except ValidationError as err:
-        raise _rejection(err) from None
-    if rules.devices.get(device) != region:
-        raise Rejected("unknown_device", f"{region}/{device}"[:80])
-    if not (now_t - rules.lateness_periods <= rep.t <= now_t + 1):
-        raise Rejected("t_out_of_range", f"t={rep.t} now={now_t}")
+    region, device, rep = parse_report(topic, payload, now_t, rules, Prio3Report, MAX_PRIO3_REPORT_BYTES)
     if params is None or rules.mechanism != PRIO3:
         raise Rejected("impossible_y", "a Prio3 report, but the deployment's mechanism is " + rules.mechanism)
     if rep.eps != params.dp_eps:
@@ -359,16 +346,7 @@ class Prio3Leader:
 
     # -- the exchange -------------------------------------------------------------------------------
     async def _work(self) -> None:
-        self.work_wakeup.bind()
-        while True:
-            if not self.storage.down:
-                try:
-                    await self.step(time.time())
-                except StorageError as err:
-                    self.storage.failed(err)
-                except Exception:  # noqa: BLE001 - a bug one window triggers must not stop the fog: retried
-                    log.exception("fog prio3: a window could not be finished; retried")
-            await self.work_wakeup.wait(None, min(5.0, self.cfg.verify_timeout_s / 2))
+        await work_loop("fog prio3", self.step, self.work_wakeup, self.storage, min(5.0, self.cfg.verify_timeout_s / 2))
 
     async def step(self, now: float) -> int:
         """Finish every window whose answer is complete; resend or drop the late ones."""

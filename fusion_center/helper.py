@@ -40,7 +40,7 @@ from edge_agent.secagg import report_ctx
 from fusion_center.estimators import Estimate, windowed
 from fusion_center.helper_store import HelperStore
 from fusion_center.merge import history_key
-from rase_common.errors import Outage, StorageError
+from rase_common.errors import Outage
 from rase_common.failpoints import crash_point
 from rase_common.kafka import KafkaConfig, KafkaSink
 from rase_common.loop import Wakeup
@@ -54,7 +54,7 @@ from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.prio3 import (Prio3Batch, Prio3Params, Prio3Share, Prio3Summary, Prio3Verify, WallClock,
                                         b64, nonce_digest, pack, pack_mask, parse_leader_message, parts_of,
                                         unpack_mask)
-from rase_common.secagg import compute, open_shares, read_key, tile, unshard_signed
+from rase_common.secagg import compute, open_shares, read_key, tile, unshard_signed, work_loop
 from rase_common.vdaf import Prio3Aggregator
 
 log = logging.getLogger(__name__)
@@ -281,36 +281,34 @@ class Prio3Helper:
 
     # -- answering and combining -------------------------------------------------------------------
     async def _work(self) -> None:
-        self.work_wakeup.bind()
-        while True:
-            if not self.storage.down:
-                try:
-                    await self.step(time.time())
-                except StorageError as err:
-                    self.storage.failed(err)
-                except Exception:  # noqa: BLE001 - a bug one window triggers must not stop the service
-                    log.exception("fusion prio3: a window could not be processed; retried")
-            await self.work_wakeup.wait(None, 5.0)
+        await work_loop("fusion prio3", self.step, self.work_wakeup, self.storage, 5.0)
 
     async def step(self, now: float) -> int:
-        """Answer complete batches; combine windows whose leader share came; drop stale ones."""
+        """Combine every window whose leader share came (quick), then open and
+        answer the oldest complete batch not answered yet (slow: one per call,
+        so that shares arriving meanwhile wait for one batch at most, not for
+        every batch in the queue); drop stale windows. Returns the work done."""
         done = 0
+        waiting = []
         for region, t, state, received in self.store.windows():
             answer = self.answers.get((region, t))
-            if answer is None:       # first time, or after a restart: open and verify (deterministic)
-                answer = await self._answer(region, t, now - received)
-                if answer is None:
-                    continue
+            share = self.store.share(region, t) if answer is not None else None
+            if share is not None:
+                self._combine(region, t, answer, Prio3Share.model_validate_json(share), now)
+                done += 1
+            elif answer is None or state != "answered":
+                waiting.append((region, t, state, received))
+            elif now - received > self.cfg.answer_deadline_s:
+                self._drop(region, t, "no_leader_share")
+        for region, t, state, received in waiting:
+            answer = self.answers.get((region, t)) or await self._answer(region, t, now - received)
+            if answer is None:
+                continue
             if state != "answered":
                 self.store.answered(region, t, answer.messages, now)
                 self.metrics.windows.labels("answered").inc()
                 self.outbox_wakeup.set()
-            share = self.store.share(region, t)
-            if share is not None:
-                self._combine(region, t, answer, Prio3Share.model_validate_json(share), now)
-                done += 1
-            elif now - received > self.cfg.answer_deadline_s:
-                self._drop(region, t, "no_leader_share")
+            return done + 1          # more may wait: the loop calls again at once
         return done
 
     async def _answer(self, region: str, t: int, age_s: float) -> Answer | None:

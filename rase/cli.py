@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from edge_agent.mechanisms import ALL_MECHANISMS, MECHANISMS
+from edge_agent.mechanisms import ALL_MECHANISMS
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from rase_common.errors import ConfigError
 

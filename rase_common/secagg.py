@@ -135,3 +135,30 @@ def write_keys(out_dir: Path) -> dict[str, str]:
             f.write(data.hex() + "\n")
     return {"verify_key_file": str(files["verify.key"]), "private_key_file": str(files["helper.key"]),
             "public_key_file": str(files["helper.pub"]), "public_key": public.hex(), "key_id": key_id_of(public)}
+
+
+async def work_loop(name: str, step, wakeup, storage, idle_s: float) -> None:  # noqa: ANN001
+    """An aggregator's exchange task: step(now) again at once while it finds
+    work, else when woken (an answer or a share came) or every idle_s
+    (deadlines); a storage failure is an outage (retried with its backoff),
+    any other error one window's bug: logged, retried, never the end of the
+    service."""
+    import logging
+    import time
+
+    from rase_common.errors import StorageError
+
+    wakeup.bind()
+    while True:
+        busy = 0
+        if not storage.down:
+            try:
+                busy = await step(time.time())
+            except StorageError as err:
+                storage.failed(err)
+            except Exception:  # noqa: BLE001 - a bug one window triggers must not stop the service
+                logging.getLogger(__name__).exception("%s: a window could not be processed; retried", name)
+        if busy:
+            await asyncio.sleep(0)          # others' turn, then on with the queue
+            continue
+        await wakeup.wait(None, idle_s)
