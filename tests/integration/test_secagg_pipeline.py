@@ -120,3 +120,54 @@ def test_fog_to_fusion_through_tansu(mosquitto, tansu, tmp_path):
                         fusion_extra={"source": "kafka", "kafka": kafka})
     truth = [dep.measurement(x) for x in READINGS[:len(dep.devices) - 1]]
     assert agg.prio3.total == sum(truth) and agg.n == len(truth) and agg.prio3.rejected == {"proof_invalid": 1}
+
+
+class ConstantSensor:
+    def read(self, now: float) -> float:
+        return 1234.0
+
+
+def test_a_real_agent_ignores_a_forged_control_message_with_another_key_id(mosquitto, tmp_path):
+    """A CPython agent (paho) flashed with the helper's key: a retained control
+    message naming another key id is refused whole (status control_rejected,
+    no report: the device has no kind to report), the genuine one is applied,
+    and its reports open under the pinned key only."""
+    import asyncio
+    import threading
+
+    from edge_agent.config import AgentConfig
+    from edge_agent.service import AgentService
+    from rase_common.protocol.prio3 import Prio3Report
+    from rase_common.secagg import read_key
+    from rase_common.vdaf import open_helper_shares
+    from edge_agent.secagg import report_ctx
+    from tests.mqtt_helpers import publish_retained
+
+    dep = Deployment(tmp_path, period_s=1.0)
+    forged = json.loads(dep.control.model_dump_json())
+    forged["prio3"]["key_id"] = "attacker-key"
+    publish_retained(mosquitto.port, "rase/v1/control/precision", json.dumps(forged))
+    rec = Recorder(mosquitto.port, ["rase/v1/reports/#", "rase/v1/status/#"])
+    cfg = AgentConfig.load(None, device="sa-dev-00", region="r1", mechanism="prio3", period_s=1.0,
+                           ledger_path=str(tmp_path / "ledger.json"), broker={"port": mosquitto.port},
+                           policy={"prio3_key_id": dep.keys["key_id"], "prio3_public_key": dep.keys["public_key"]})
+    agent = AgentService(cfg, source=ConstantSensor(), control_grace_s=0.2, give_up_s=2.0)
+    stop = asyncio.Event()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(agent.run(stop)), daemon=True)
+    thread.start()
+    try:
+        assert rec.wait_for(lambda: any(b"control_rejected" in m.payload for m in rec.on("rase/v1/status/")), 20)
+        time.sleep(2.5)                                     # periods pass: the refused message changed nothing
+        assert rec.on("rase/v1/reports/") == [] and agent.core.randomizer is None
+        publish_retained(mosquitto.port, "rase/v1/control/precision", dep.control.model_dump_json())
+        assert rec.wait_for(lambda: len(rec.on("rase/v1/reports/")) >= 2, 20)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(20)
+        rec.close()
+    sk = read_key(dep.keys["private_key_file"], "helper key")
+    for m in rec.on("rase/v1/reports/"):
+        rep = Prio3Report.model_validate_json(m.payload)
+        nonce, pub, _, sealed = rep.shares(dep.params.report_sizes())
+        assert open_helper_shares(sk, report_ctx("r1", "per-t", rep.t), [nonce], [pub], [sealed])[0] is not None
