@@ -351,7 +351,7 @@ class Prio3Leader:
     async def step(self, now: float) -> int:
         """Finish every window whose answer is complete; resend or drop the late ones."""
         finished = 0
-        for region, t, params_json, total, forwarded_at in self.journal.waiting():
+        for region, t, params_json, total, forwarded_at, sent_at in self.journal.waiting():
             params = Prio3Params.model_validate_json(params_json)
             replies = [Prio3Verify.model_validate_json(p) for p in self.journal.replies(region, t)]
             try:
@@ -364,7 +364,7 @@ class Prio3Leader:
                 finished += 1
             elif now - forwarded_at > self.cfg.verify_deadline_s:
                 self._drop(region, t, total, "verification_timeout")
-            elif now - forwarded_at > self.cfg.verify_timeout_s:
+            elif now - sent_at > self.cfg.verify_timeout_s:
                 self.journal.resend(region, t, now)
                 self.metrics.resent.inc()
                 self.outbox_wakeup.set()

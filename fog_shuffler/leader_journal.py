@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS prio3_nonces (nonce BLOB PRIMARY KEY, region TEXT, t 
 CREATE TABLE IF NOT EXISTS prio3_batch (region TEXT, t INTEGER, pos INTEGER, nonce BLOB, public BLOB, leader BLOB,
                                         sealed BLOB, PRIMARY KEY (region, t, pos));
 CREATE TABLE IF NOT EXISTS prio3_windows (region TEXT, t INTEGER, state TEXT, params TEXT, total INTEGER,
-                                          forwarded_at REAL, reason TEXT, PRIMARY KEY (region, t));
+                                          forwarded_at REAL, reason TEXT, sent_at REAL, PRIMARY KEY (region, t));
 CREATE TABLE IF NOT EXISTS prio3_replies (region TEXT, t INTEGER, first INTEGER, payload TEXT,
                                           PRIMARY KEY (region, t, first));
 CREATE TABLE IF NOT EXISTS prio3_outbox (region TEXT, t INTEGER, seq INTEGER, payload TEXT, sent INTEGER DEFAULT 0,
@@ -91,8 +91,8 @@ class LeaderJournal:
                 return
             self.db.executemany("INSERT OR IGNORE INTO prio3_batch VALUES (?,?,?,?,?,?,?)",
                                 [(region, t, i, *r) for i, r in enumerate(batch)])
-            self.db.execute("INSERT OR REPLACE INTO prio3_windows VALUES (?,?,?,?,?,?,?)",
-                            (region, t, "forwarded", params, len(batch), now, reason))
+            self.db.execute("INSERT OR REPLACE INTO prio3_windows VALUES (?,?,?,?,?,?,?,?)",
+                            (region, t, "forwarded", params, len(batch), now, reason, now))
             self.db.executemany("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
                                 [(region, t, i, m) for i, m in enumerate(messages)])
 
@@ -103,10 +103,10 @@ class LeaderJournal:
                 (region, t))]
 
     # -- the exchange ------------------------------------------------------------------------
-    def waiting(self) -> list[tuple[str, int, str, int, float]]:
-        """Windows forwarded and not finished: (region, t, params, total, forwarded_at)."""
+    def waiting(self) -> list[tuple[str, int, str, int, float, float]]:
+        """Windows forwarded and not finished: (region, t, params, total, first forwarded, last sent)."""
         with storage_errors("fog journal"):
-            return self.db.execute("SELECT region, t, params, total, forwarded_at FROM prio3_windows "
+            return self.db.execute("SELECT region, t, params, total, forwarded_at, sent_at FROM prio3_windows "
                                    "WHERE state='forwarded' ORDER BY t, region").fetchall()
 
     def state(self, region: str, t: int) -> str | None:
@@ -136,7 +136,7 @@ class LeaderJournal:
         with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
             self.db.execute("UPDATE prio3_outbox SET sent=0 WHERE region=? AND t=?", (region, t))
-            self.db.execute("UPDATE prio3_windows SET forwarded_at=? WHERE region=? AND t=?", (now, region, t))
+            self.db.execute("UPDATE prio3_windows SET sent_at=? WHERE region=? AND t=?", (now, region, t))
 
     def unsent(self) -> list[tuple[str, int, int, str]]:
         with storage_errors("fog journal"):

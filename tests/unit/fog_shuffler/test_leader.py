@@ -221,3 +221,29 @@ def test_split_around_a_change_of_mechanism():
     mine, rest = split_prio3(cw)
     assert mine.devices == ["a", "c"] and rest.devices == ["b"] and rest.mechanisms == ["br"]
     assert split_prio3(replace(cw, mechanisms=["prio3"] * 3))[1] is None
+
+
+def test_a_batch_the_helper_does_not_answer_is_sent_again_then_dropped_with_a_reason(tmp_path):
+    import asyncio
+
+    key = tmp_path / "verify.key"
+    key.write_text(VERIFY_KEY.hex())
+    leader = Prio3Leader(Prio3FogConfig(verify_key_file=key, verify_timeout_s=10, verify_deadline_s=60), name="f",
+                         regions=["r1"], k_min=2, registry=CollectorRegistry(), storage=Outage("s", None),
+                         sink_name="memory")
+    leader.open(Journal(tmp_path / "fog.sqlite").db)
+    p = params()
+    batch = [report(p, v) for v in (1, 2, 3)]
+    leader.journal.close("r1", 100, batch, p.model_dump_json(), ["part0"], now=1000.0)
+    for row in leader.journal.unsent():
+        leader.journal.mark_sent(*row[:3])
+    assert asyncio.run(leader.step(1005.0)) == 0 and leader.journal.unsent() == []       # not yet
+    asyncio.run(leader.step(1011.0))
+    assert [r[3] for r in leader.journal.unsent()] == ["part0"]                         # sent again
+    assert leader.metrics.resent._value.get() == 1
+    asyncio.run(leader.step(1022.0))
+    assert leader.metrics.resent._value.get() == 2                                     # every verify_timeout_s
+    asyncio.run(leader.step(1061.0))          # verify_deadline_s after the first send, however often resent
+    share = Prio3Share.model_validate_json(leader.journal.unsent()[-1][3])
+    assert share.dropped == "verification_timeout" and share.agg_share is None
+    assert leader.journal.state("r1", 100) == "dropped" and leader.journal.batch("r1", 100) == []
