@@ -25,6 +25,7 @@ half-verified.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -54,7 +55,7 @@ from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.prio3 import (Prio3Batch, Prio3Params, Prio3Share, Prio3Summary, Prio3Verify, WallClock,
                                         b64, nonce_digest, pack, pack_mask, parse_leader_message, parts_of,
                                         unpack_mask)
-from rase_common.secagg import compute, open_shares, read_key, tile, unshard_signed, work_loop
+from rase_common.secagg import ShareOpener, compute, read_key, tile, unshard_signed, work_loop
 from rase_common.vdaf import Prio3Aggregator
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class Prio3FusionConfig(BaseModel):
     verify_key_file: Path             # 64 hex digits shared with the fogs only (Prio3's verify_key)
     k_min: int = Field(10, ge=1)      # fewest reports both accepted that a region's window may publish
     answer_deadline_s: float = Field(3600.0, gt=0)   # a batch whose leader share never comes is dropped
-    decrypt_workers: int = Field(2, ge=1, le=64)
+    decrypt_workers: int = Field(2, ge=1, le=64)     # processes opening a large window's sealed shares
     # Tests only: the helper adds no noise (with the fog's: the published sum is exact).
     unsafe_no_noise_for_tests: bool = False
 
@@ -86,8 +87,8 @@ class Answer:
     ingest_rejected: int
 
 
-def answer_batch(params: Prio3Params, verify_key: bytes, private_key: bytes, region: str, t: int,
-                 parts: list[Prio3Batch], workers: int = 2) -> Answer:
+def answer_batch(params: Prio3Params, verify_key: bytes, opener: ShareOpener, region: str, t: int,
+                 parts: list[Prio3Batch]) -> Answer:
     """Open, verify and answer one window's batch (its parts in order)."""
     vdaf = params.vdaf()
     nonces, pubs, sealed, leader_vs = [], [], [], []
@@ -98,7 +99,7 @@ def answer_batch(params: Prio3Params, verify_key: bytes, private_key: bytes, reg
         sealed += c
         leader_vs += d
     ctx = report_ctx(region, params.product, t)
-    inputs = open_shares(private_key, ctx, nonces, pubs, sealed, workers)
+    inputs = opener.open(ctx, nonces, pubs, sealed)
     agg = Prio3Aggregator(vdaf, verify_key, ctx, 1)
     mine = agg.start(nonces, pubs, inputs)
     accepted = agg.finish(leader_vs)
@@ -218,12 +219,14 @@ class Prio3Helper:
         self.outbox_wakeup, self.work_wakeup = Wakeup(), Wakeup()
         self.store: HelperStore | None = None
         self.answers: dict[tuple[str, int], Answer] = {}
-        self.private_key = self.verify_key = b""
+        self.verify_key = b""
+        self.opener: ShareOpener | None = None
         self.sender: OutboxSender | None = None
         self.sink = None
 
     def open(self, db) -> None:  # noqa: ANN001 - the fusion store's connection
-        self.private_key = read_key(self.cfg.private_key_file, "fusion [prio3] private_key_file")
+        self.opener = ShareOpener(read_key(self.cfg.private_key_file, "fusion [prio3] private_key_file"),
+                                  self.cfg.decrypt_workers)
         self.verify_key = read_key(self.cfg.verify_key_file, "fusion [prio3] verify_key_file")
         self.store = HelperStore(db)
         if self.cfg.unsafe_no_noise_for_tests:
@@ -231,6 +234,11 @@ class Prio3Helper:
 
     async def connect(self, stack: contextlib.AsyncExitStack, transport: str, kafka: KafkaConfig, *, link) -> None:
         """Answers go back over the transport the batches came by."""
+        stack.callback(self.opener.close)
+        warming = asyncio.get_running_loop().run_in_executor(None, self.opener.warm)   # in the background
+        warming.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
+            "fusion prio3: the decryption workers did not start (%r); large windows open in this process",
+            f.exception()))
         if transport == "kafka":
             self.sink = KafkaSink(kafka.model_copy(update={"topic": topics.KAFKA_PRIO3_VERIFY_TOPIC}))
             stack.push_async_callback(self.sink.stop)
@@ -327,8 +335,8 @@ class Prio3Helper:
                 self._drop(region, t, "batch_incomplete")
             return None
         started = time.perf_counter()
-        answer = await compute(answer_batch, params, self.verify_key, self.private_key, region, t, ordered,
-                               self.cfg.decrypt_workers, in_thread=parts[0].total > LARGE)
+        answer = await compute(answer_batch, params, self.verify_key, self.opener, region, t, ordered,
+                               in_thread=parts[0].total > LARGE)
         self.answers[(region, t)] = answer
         log.debug("fusion prio3 (%s, %d): %d reports opened and verified in %.3f s", region, t, parts[0].total,
                   time.perf_counter() - started)

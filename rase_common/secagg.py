@@ -16,7 +16,6 @@ import asyncio
 import hashlib
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from edge_agent.entropy import RandomBits
@@ -93,18 +92,55 @@ def tile(parts: Sequence, total: int):
     return ordered if at == total and (ordered or total == 0) else None
 
 
-def open_shares(private_key: bytes, ctx: bytes, nonces: Sequence[bytes], public_shares: Sequence[bytes],
-                sealed: Sequence[bytes], workers: int = 2) -> list[bytes | None]:
-    """open_helper_shares over `workers` threads (cryptography's HPKE releases
-    the GIL for part of each call: about 1.5x on two cores)."""
-    n = len(nonces)
-    if workers <= 1 or n < 2000:
-        return open_helper_shares(private_key, ctx, nonces, public_shares, sealed)
-    step = (n + workers - 1) // workers
-    with ThreadPoolExecutor(workers) as ex:
-        parts = ex.map(lambda i: open_helper_shares(private_key, ctx, nonces[i:i + step], public_shares[i:i + step],
-                                                    sealed[i:i + step]), range(0, n, step))
-        return [x for part in parts for x in part]
+class ShareOpener:
+    """Opens a window's sealed helper shares (HPKE, `cryptography`) on
+    `workers` processes: each opening is one X25519 exchange and the key
+    schedule, about 100 us, mostly under the GIL, so threads gain little
+    (1.5x on two cores) where processes scale with the cores that are free.
+    Small windows open in the calling process. close() stops the workers."""
+
+    SMALL = 2000
+
+    def __init__(self, private_key: bytes, workers: int = 2):
+        import threading
+
+        self.private_key = private_key
+        self.workers = workers
+        self._pool = None
+        self._lock = threading.Lock()
+
+    def warm(self) -> None:
+        """Start the workers now (each imports `cryptography`: seconds), not with the first large window."""
+        if self.workers > 1:
+            self._workers().submit(len, b"").result()
+
+    def _workers(self):  # noqa: ANN202
+        with self._lock:
+            if self._pool is None:
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
+                # spawn: the service has threads (paho's, asyncio's), which a fork would copy half-way
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+            return self._pool
+
+    def open(self, ctx: bytes, nonces: Sequence[bytes], public_shares: Sequence[bytes], sealed: Sequence[bytes]
+             ) -> list[bytes | None]:
+        n = len(nonces)
+        if self.workers <= 1 or n < self.SMALL:
+            return open_helper_shares(self.private_key, ctx, nonces, public_shares, sealed)
+        pool = self._workers()
+        step = (n + self.workers - 1) // self.workers
+        futures = [pool.submit(open_helper_shares, self.private_key, ctx, list(nonces[i:i + step]),
+                                     list(public_shares[i:i + step]), list(sealed[i:i + step]))
+                   for i in range(0, n, step)]
+        return [x for f in futures for x in f.result()]
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
 
 
 async def compute(fn, *args, in_thread: bool, **kw):  # noqa: ANN001, ANN201

@@ -42,7 +42,9 @@ class Prio3Setup:
     def fusion_settings(self) -> dict:
         return {"prio3": {"private_key_file": self.keys["private_key_file"], "key_id": self.keys["key_id"],
                           "verify_key_file": self.keys["verify_key_file"], "k_min": self.k_min,
-                          "unsafe_no_noise_for_tests": not self.noise}}
+                          "unsafe_no_noise_for_tests": not self.noise,
+                          # replay windows are far below ShareOpener.SMALL: no worker processes
+                          "decrypt_workers": 1}}
 
     def agent_settings(self) -> dict:
         return {"mechanism": "prio3", "policy": {"prio3_key_id": self.keys["key_id"],

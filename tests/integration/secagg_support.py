@@ -68,7 +68,7 @@ class Deployment:
                     broker={"port": port}, precision=self.control.model_dump(), tick_s=0.02, windows_w=[4],
                     prio3={"private_key_file": self.keys["private_key_file"], "key_id": self.keys["key_id"],
                            "verify_key_file": self.keys["verify_key_file"], "k_min": self.k_min,
-                           "unsafe_no_noise_for_tests": not self.noise}, **extra)
+                           "unsafe_no_noise_for_tests": not self.noise, "decrypt_workers": 1}, **extra)
 
     def toml(self, settings: dict, path: Path) -> Path:
         """A TOML config file for `rase fog` / `rase fusion`."""

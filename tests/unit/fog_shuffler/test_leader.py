@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from rase_common.errors import Outage
 from rase_common.protocol import prio3 as proto
 from rase_common.protocol.prio3 import Prio3Batch, Prio3Params, Prio3Share, Prio3Verify
+from rase_common.secagg import ShareOpener
 from rase_common.vdaf import generate_keypair
 
 SK, PK = generate_keypair()
@@ -60,7 +61,7 @@ def exchange(p, reports, *, k_min=3, tamper=None, t=100):
     """The three messages through the pure rules of both sides: (helper's record, reason, leader's share)."""
     closed = close_batch(p, VERIFY_KEY, "r1", t, reports, np.random.default_rng(1), ingest_rejected=2)
     parts = [Prio3Batch.model_validate_json(m) for m in closed.messages]
-    answer = answer_batch(p, VERIFY_KEY, SK, "r1", t, parts, workers=1)
+    answer = answer_batch(p, VERIFY_KEY, ShareOpener(SK, 1), "r1", t, parts)
     replies = [Prio3Verify.model_validate_json(m) for m in answer.messages]
     helper_vs, helper_acc = helper_columns(p, replies, len(reports))
     batch = [reports[i] for i in closed.order]
@@ -128,8 +129,8 @@ def test_a_batch_in_several_parts(monkeypatch):
     assert record["totals"] == [sum(values)]
     with pytest.raises(ValueError, match="overlap"):
         parts = [Prio3Verify.model_validate_json(m) for m in answer_batch(
-            p, VERIFY_KEY, SK, "r1", 100, [Prio3Batch.model_validate_json(m) for m in closed.messages],
-            workers=1).messages]
+            p, VERIFY_KEY, ShareOpener(SK, 1), "r1", 100,
+            [Prio3Batch.model_validate_json(m) for m in closed.messages]).messages]
         helper_columns(p, parts + [parts[0].model_copy(update={"first": 0, "count": 2})], 7)
 
 
