@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import math
 from datetime import datetime, timezone
 from typing import Literal
@@ -83,7 +84,8 @@ class Prio3Params(BaseModel):
         return self.model_dump(exclude_none=True)
 
     def vdaf(self) -> Prio3:
-        return make_vdaf(self.wire())
+        """The Prio3 instance (built once per distinct params: a Prio3 is never changed)."""
+        return _vdaf_of(self.kind, self.max_measurement, self.buckets, self.chunk_length)
 
     @property
     def sensitivity(self) -> int:
@@ -99,6 +101,12 @@ class Prio3Params(BaseModel):
         """Bytes of (nonce, public share, leader share, sealed helper share)."""
         v = self.vdaf()
         return NONCE_SIZE, v.public_share_size(), v.input_share_size(0), v.input_share_size(1) + SEAL_OVERHEAD
+
+
+@functools.lru_cache(maxsize=64)
+def _vdaf_of(kind: str, max_measurement: int | None, buckets: int | None, chunk_length: int | None) -> Prio3:
+    return make_vdaf({"kind": kind, "max_measurement": max_measurement, "buckets": buckets,
+                      "chunk_length": chunk_length})
 
 
 # -- per-report byte strings and masks in one base64 string --------------------------------------
