@@ -293,7 +293,8 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
     from simulators.evaluation import plot_utility, utility_from_replays, utility_from_simulation
 
     ws = tuple(args.windows)
-    if args.mechanisms or (args.replay and _replay_mechanisms(args.replay) - {"br"}):
+    mechs = _replay_mechanisms(args.replay) if args.replay else set()
+    if args.mechanisms or "prio3" in mechs or len(mechs) > 1:    # side by side, with the plan's predictions
         return _eval_compare(args, data, out)
     if args.replay:
         res = utility_from_replays(data, [Path(p) for p in args.replay], ws)
