@@ -15,12 +15,13 @@ import pytest
 from edge_agent.prio3_report import make_report
 from edge_agent.secagg import encode_report, report_ctx
 from fog_shuffler.ingest import IngestRules, Rejected
-from fog_shuffler.leader import (Prio3Accepted, Prio3FogConfig, Prio3Leader, close_batch, finish_window,
-                                 helper_columns, split_prio3, validate_report)
+from fog_shuffler.leader import Prio3FogConfig, Prio3Leader
+from fog_shuffler.leader_rules import (Prio3Accepted, close_batch, finish_window, helper_columns, split_prio3,
+                                       validate_report)
 from fog_shuffler.journal import Journal
 from fog_shuffler.leader_journal import LeaderJournal
 from fog_shuffler.windows import ClosedWindow
-from fusion_center.helper import answer_batch, combine
+from fusion_center.helper_rules import answer_batch, combine
 from prometheus_client import CollectorRegistry
 from rase_common.errors import Outage
 from rase_common.protocol import prio3 as proto
