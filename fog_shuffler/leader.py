@@ -210,7 +210,8 @@ class Prio3Leader:
 
     # -- closing ---------------------------------------------------------------------------------
     def owns(self, cw: ClosedWindow) -> bool:
-        return PRIO3 in (cw.mechanisms or ())
+        """A window with Prio3 reports, kept or not (a suppressed one's rows are the leader's to forget)."""
+        return PRIO3 in (cw.mechanisms or ()) or self.journal.has_reports(cw.region, cw.t)
 
     async def close(self, cw: ClosedWindow, protocols: list, ingest_rejected: int) -> bool:
         """Close a window of Prio3 reports under the newest of `protocols` (the

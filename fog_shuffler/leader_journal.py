@@ -87,7 +87,9 @@ class LeaderJournal:
             self.db.execute("BEGIN")
             self.db.execute("INSERT OR IGNORE INTO closed VALUES (?,?)", (region, t))
             self.db.execute("DELETE FROM prio3_reports WHERE region=? AND t=?", (region, t))
-            if batch is None:
+            if batch is None:      # suppressed: whatever else the window held goes too (fog_shuffler.journal's rows)
+                self.db.execute("DELETE FROM reports WHERE region=? AND t=?", (region, t))
+                self.db.execute("DELETE FROM duplicates WHERE region=? AND t=?", (region, t))
                 return
             self.db.executemany("INSERT OR IGNORE INTO prio3_batch VALUES (?,?,?,?,?,?,?)",
                                 [(region, t, i, *r) for i, r in enumerate(batch)])
@@ -95,6 +97,11 @@ class LeaderJournal:
                             (region, t, "forwarded", params, len(batch), now, reason, now))
             self.db.executemany("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
                                 [(region, t, i, m) for i, m in enumerate(messages)])
+
+    def has_reports(self, region: str, t: int) -> bool:
+        with storage_errors("fog journal"):
+            return self.db.execute("SELECT 1 FROM prio3_reports WHERE region=? AND t=? LIMIT 1",
+                                   (region, t)).fetchone() is not None
 
     def batch(self, region: str, t: int) -> list[tuple[bytes, bytes, bytes, bytes]]:
         with storage_errors("fog journal"):

@@ -375,6 +375,7 @@ class FogService(Service):
             cw = self.windows.close(region, t)
             self.metrics.eps_dropped.inc(cw.eps_level_dropped)
             if self.leader is not None and self.leader.owns(cw):
+                closed += 1
                 cw = await self._close_prio3(cw)
                 if cw is None:
                     continue
