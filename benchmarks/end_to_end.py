@@ -367,6 +367,14 @@ class CpuSampler:
                 "fog_cpu_s": b[3] - a[3], "window_s": b[0] - a[0]}
 
 
+def _stop(sub: Subscriber, procs: list[subprocess.Popen]) -> None:
+    sub.close()
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait(15)
+
+
 def pipeline(port: int, fogs: int, publishers: int, devices: int, windows: int) -> dict:
     """`fogs` fog processes, one region each, each region `devices` devices."""
     regions = [f"r{i + 1}" for i in range(fogs)]
@@ -389,11 +397,7 @@ def pipeline(port: int, fogs: int, publishers: int, devices: int, windows: int) 
                 time.sleep(0.05)
             time.sleep(0.5)
         finally:
-            sub.close()
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(15)
+            _stop(sub, procs)
         last_window = max(sub.windows.values()) if sub.windows else float("nan")
         by_t = {}
         for t, (at, _n) in sorted(sub.aggregates.items()):
@@ -442,11 +446,7 @@ def secure_pipeline(port: int, publishers: int, devices: int, windows: int, pace
                 time.sleep(0.05)
             time.sleep(0.5)
         finally:
-            sub.close()
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(15)
+            _stop(sub, procs)
         closes = [float(x) for x in re.findall(r"batch queued in ([0-9.]+) s", (work / "fog.log").read_text())]
         by_t = {t: at - sub.windows[("r1", t)] for t, (at, _n) in sub.aggregates.items() if ("r1", t) in sub.windows}
         lat = sorted(v + max(closes, default=0.0) for v in by_t.values())
