@@ -155,7 +155,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     names = [k for k in ("mean", "count", "bs", "se", "mle") if rows and k in rows[0]["estimates"]]
     bands = len(rows[0].get("frequencies", [])) if rows else 0
     heads = [k.upper() for k in names] + [f"band {j}" for j in range(bands)]
-    shares = bool(rows) and rows[0].get("mechanism") in ("binary", "categorical")   # counts and shares, not watts
+    shares = bool(rows) and (rows[0].get("mechanism") in ("binary", "categorical")   # counts and shares, not watts
+                             or (rows[0].get("prio3") or {}).get("kind") in ("count", "histogram"))
     print(f"{'t':>8} {'n':>6}  " + "  ".join(f"{h:>22}" for h in heads) + "  clamped")
     for r in rows:
         cells = []
