@@ -108,7 +108,8 @@ class AgentConfig(TomlSettings):
     max_inflight: int = Field(100, ge=1, le=60000)
     calibration: CalibrationConfig = CalibrationConfig()
     # Randomizer until the fusion center's control message names one:
-    # "br" (the paper's BR), "duchi", "piecewise" or "hybrid".
+    # "br" (the paper's BR), "duchi", "piecewise" or "hybrid"; "prio3" (secure
+    # aggregation) reports nothing until the control message names its kind.
     mechanism: str = DEFAULT_MECHANISM
     broker: BrokerConfig = BrokerConfig()
     source: SourceConfig | None = None     # required to run (edge_agent.sources); boards read `sensor.py`

@@ -3,6 +3,9 @@
 # binary / categorical report kinds) -> report.
 # Transports (paho on CPython, umqtt on boards) drain `outbox` and publish
 # `status` whenever `status_changed` is set.
+# With mechanism "prio3" (secure aggregation) the randomizer is a Prio3 client
+# (edge_agent.secagg) built from the control message and the helper key the
+# device's policy pinned; until such a control message arrives it reports nothing.
 
 from edge_agent import wire
 from edge_agent.outbox import Outbox
@@ -11,6 +14,8 @@ from edge_agent.report_kind import DEFAULT_ON_ABOVE
 from edge_agent.policy import LocalPolicy
 from edge_agent.randomizer import EPS_UNITS, Calibration
 from edge_agent.schedule import Schedule, from_control
+
+PRIO3 = wire.PRIO3
 
 
 def check_sampler(randomizer, eps):
@@ -25,7 +30,7 @@ class AgentCore:
 
     def __init__(self, device, region, eps, ledger, calibration, period_s=8,
                  epoch0=0, bits=None, outbox_capacity=256, policy=None, mechanism=DEFAULT_MECHANISM,
-                 on_above=DEFAULT_ON_ABOVE, bands=None):
+                 on_above=DEFAULT_ON_ABOVE, bands=None, read=None):
         self.device = wire.check_name("device", device)
         self.region = wire.check_name("region", region)
         if not (eps > 0):
@@ -37,7 +42,10 @@ class AgentCore:
         self.ledger = ledger
         self.schedule = Schedule(period_s, epoch0)
         self.mechanism = mechanism
-        self.randomizer = make_randomizer(mechanism, calibration, bits, on_above, bands)
+        self.read = read            # CSPRNG bytes for Prio3 reports (None: os.urandom)
+        # prio3 waits for the control message that names its kind and parameters.
+        self.randomizer = None if mechanism == PRIO3 else make_randomizer(mechanism, calibration, bits, on_above,
+                                                                          bands)
         self.outbox = Outbox(outbox_capacity)
         self.topic = wire.report_topic(region, device)
         self.seq = 0
@@ -50,11 +58,16 @@ class AgentCore:
         self.control_rejected = 0
         self.last_rejection = None
 
+    def report_period_s(self):
+        """Seconds between reports: the period, or a prio3 product's (hourly, daily)."""
+        per_product = getattr(self.randomizer, "report_period_s", None)
+        return per_product(self.period_s) if per_product is not None else self.period_s
+
     def privacy_spent(self):
         """eps per report, per hour at this period, and spent this budget period."""
         eps = self.eps()
         led = self.ledger
-        return {"eps_per_report": eps, "eps_per_hour": None if eps is None else eps * 3600.0 / self.period_s,
+        return {"eps_per_report": eps, "eps_per_hour": None if eps is None else eps * 3600.0 / self.report_period_s(),
                 "spent_this_period": led.spent_units / EPS_UNITS, "budget_per_period": led.budget_units / EPS_UNITS,
                 "budget_period_s": led.period_s}
 
@@ -93,27 +106,50 @@ class AgentCore:
         if self.last_t is not None and t <= self.last_t:
             return None
         eps = self.eps()
+        if self.randomizer is None:
+            self._set_status("awaiting_control")
+            return None
         if eps is None:
             self._set_status("no_eps_level")
             return None
+        if self.mechanism == PRIO3:
+            return self._step_prio3(self.randomizer, x, now, t, eps)
         # Validate the reading and the sampler before spending, so a sensor
         # fault or a refused calibration costs no budget.
         self.randomizer.quantize(x)
         check_sampler(self.randomizer, eps)
-        if self.ledger.locked(now):
-            self._set_status("ledger_unreadable")
-            return None
-        if not self.ledger.try_spend(eps, now):
-            if self.ledger.unwritable:  # the reservation is not on flash: no report may use it
-                self._set_status("ledger_unwritable")
-                return None
-            self.skipped_budget += 1
-            self._set_status("budget_exhausted")
+        if not self._spend(eps, now):
             return None
         y, _ = self.randomizer.randomize(x, eps)
         self.last_t = t
+        return self._queue(wire.encode_report(t, y, eps, self.seq + 1))
+
+    def _step_prio3(self, client, x, now, t, eps):
+        """A Prio3 report when one is due (every period, or once per product
+        period with that period's average); eps is what the deployment's
+        accounting charges a report (prio3.dp_eps: each release is dp_eps-DP)."""
+        due = client.observe(x, now, self.epoch0, self.period_s)
+        self.last_t = t
+        if due is None or not self._spend(eps, now):
+            return None
+        return self._queue(client.report(due[0], due[1], eps, self.seq + 1))
+
+    def _spend(self, eps, now):
+        """Charge eps to the ledger; False (status says why) when it cannot."""
+        if self.ledger.locked(now):
+            self._set_status("ledger_unreadable")
+            return False
+        if not self.ledger.try_spend(eps, now):
+            if self.ledger.unwritable:  # the reservation is not on flash: no report may use it
+                self._set_status("ledger_unwritable")
+                return False
+            self.skipped_budget += 1
+            self._set_status("budget_exhausted")
+            return False
+        return True
+
+    def _queue(self, payload):
         self.seq += 1
-        payload = wire.encode_report(t, y, eps, self.seq)
         self.outbox.put((self.topic, payload))
         self.sent += 1
         self._set_status("control_rejected" if self.last_rejection else "online")
@@ -129,11 +165,15 @@ class AgentCore:
             schedule = from_control(msg, self.schedule)
             cal = Calibration(beta=msg["beta"], rho=msg["rho"], x_min=msg["x_min"],
                               x_max=msg["x_max"], gamma=msg["gamma"])
-            randomizer = make_randomizer(msg["mechanism"], cal, self.randomizer.bits, msg["on_above"], msg["bands"])
             levels = msg["eps_levels"]
-            usable = [e for e in levels if e <= self.eps_max]
-            if usable:
-                check_sampler(randomizer, usable[-1])  # the sampler must accept it before anything changes
+            if msg["mechanism"] == PRIO3:
+                randomizer = self._prio3_client(msg, cal)
+            else:
+                bits = self.randomizer.bits if self.randomizer is not None else None
+                randomizer = make_randomizer(msg["mechanism"], cal, bits, msg["on_above"], msg["bands"])
+                usable = [e for e in levels if e <= self.eps_max]
+                if usable:
+                    check_sampler(randomizer, usable[-1])  # the sampler must accept it before anything changes
         except ValueError as err:
             self.control_rejected += 1
             self.last_rejection = str(err)
@@ -147,3 +187,16 @@ class AgentCore:
         self.last_rejection = None
         self._set_status("online" if self.eps() is not None else "no_eps_level")
         return cal
+
+    def _prio3_client(self, msg, cal):
+        """The Prio3 client for a control message (already checked against the
+        policy, whose pinned key it seals to); keeps the running one's
+        accumulation when the parameters are unchanged."""
+        key = (msg["prio3"], cal.as_dict(), msg["on_above"], msg["bands"])
+        if getattr(self.randomizer, "control_key", None) == key:
+            return self.randomizer
+        from edge_agent.secagg import Prio3Client
+        client = Prio3Client(msg["prio3"], cal, self.policy.prio3_public_key, self.region, msg["on_above"],
+                             msg["bands"], self.read)
+        client.control_key = key
+        return client

@@ -35,6 +35,7 @@ package(
         "chacha20poly1305.py",
         "hpke.py",
         "prio3_report.py",
+        "secagg.py",
     ),
     base_path="..",
 )

@@ -33,18 +33,24 @@ RANDOMIZERS = (
 DEFAULT_MECHANISM = "duchi"
 MECHANISMS = tuple(r[0] for r in RANDOMIZERS)
 MEAN_MECHANISMS = tuple(r[0] for r in RANDOMIZERS if r[3] == "calibration")
+# Secure aggregation (issue 20): not a local randomizer but Prio3 reports for two
+# aggregators that add central noise (edge_agent.secagg, built from the control message).
+SECURE_MECHANISMS = ("prio3",)
+ALL_MECHANISMS = MECHANISMS + SECURE_MECHANISMS
 
 
 def check_mechanism(name):
-    """Return name if it is a known mechanism, else raise ValueError."""
-    if name not in MECHANISMS:
-        raise ValueError("mechanism must be one of %s, got %r" % (", ".join(MECHANISMS), name))
+    """Return name if it is a known mechanism (a randomizer's or prio3), else raise ValueError."""
+    if name not in ALL_MECHANISMS:
+        raise ValueError("mechanism must be one of %s, got %r" % (", ".join(ALL_MECHANISMS), name))
     return name
 
 
 def randomizer_row(name):
     """(name, module, class, built over) of a known mechanism."""
     check_mechanism(name)
+    if name in SECURE_MECHANISMS:
+        raise ValueError("mechanism %r has no local randomizer: its client is edge_agent.secagg.Prio3Client" % name)
     for row in RANDOMIZERS:
         if row[0] == name:
             return row

@@ -6,12 +6,27 @@
 # bounds what it accepts; a message outside these bounds is ignored whole.
 # eps is bounded elsewhere: the device never uses a menu level above its own
 # configured eps (AgentCore.eps).
+#
+# Secure aggregation (mechanism "prio3"): the device seals every helper share
+# to the fusion center's HPKE public key pinned here when it was flashed, with
+# its key id. A control message names a key id only, never a key: one with
+# another key id is refused whole, so nobody who can publish on the control
+# topic can make the device seal its shares to them.
 
-from edge_agent.mechanisms import DEFAULT_MECHANISM, MECHANISMS as KNOWN_MECHANISMS
+from edge_agent.mechanisms import ALL_MECHANISMS as KNOWN_MECHANISMS, DEFAULT_MECHANISM
 
 # Grid steps over the range: beyond this the exact sampler's integers grow
 # past what small boards handle well (and a hostile range/grid pair is refused).
 MAX_GRID_STEPS = 1 << 24
+
+
+def _hex_key(text):
+    """32 bytes from 64 hex digits (None stays None)."""
+    if text is None:
+        return None
+    if not isinstance(text, str) or len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
+        raise ValueError("policy prio3_public_key must be 64 hex digits")
+    return bytes(int(text[i:i + 2], 16) for i in range(0, 64, 2))
 
 
 def _num(d, key, default):
@@ -27,7 +42,7 @@ class LocalPolicy:
 
     def __init__(self, period_min_s, x_min_floor=-1e9, x_max_ceiling=1e9, gamma_min=1e-6, gamma_max=1e9,
                  mechanisms=KNOWN_MECHANISMS, max_grid_steps=MAX_GRID_STEPS, eps_min=0.0, eps_max=1e9,
-                 period_max_s=1e9):
+                 period_max_s=1e9, prio3_key_id=None, prio3_public_key=None):
         if not (period_min_s > 0):
             raise ValueError("policy period_min_s must be > 0, got %r" % (period_min_s,))
         if not (x_min_floor < x_max_ceiling):
@@ -51,6 +66,12 @@ class LocalPolicy:
         self.gamma_max = gamma_max
         self.mechanisms = tuple(mechanisms)
         self.max_grid_steps = max_grid_steps
+        if (prio3_key_id is None) != (prio3_public_key is None):
+            raise ValueError("policy prio3_key_id and prio3_public_key are pinned together")
+        if prio3_public_key is not None and len(prio3_public_key) != 32:
+            raise ValueError("policy prio3_public_key must be 32 bytes (64 hex digits)")
+        self.prio3_key_id = prio3_key_id
+        self.prio3_public_key = prio3_public_key
 
     @classmethod
     def from_dict(cls, d, period_s):
@@ -60,7 +81,8 @@ class LocalPolicy:
                    gamma_min=_num(d, "gamma_min", 1e-6), gamma_max=_num(d, "gamma_max", 1e9),
                    mechanisms=tuple(d.get("mechanisms", KNOWN_MECHANISMS)),
                    eps_min=_num(d, "eps_min", 0.0), eps_max=_num(d, "eps_max", 1e9),
-                   period_max_s=_num(d, "period_max_s", 1e9))
+                   period_max_s=_num(d, "period_max_s", 1e9),
+                   prio3_key_id=d.get("prio3_key_id"), prio3_public_key=_hex_key(d.get("prio3_public_key")))
 
     def check(self, msg):
         """Raise ValueError naming the first field outside policy."""
@@ -82,3 +104,12 @@ class LocalPolicy:
                              % ((msg["x_max"] - msg["x_min"]) / msg["gamma"], self.max_grid_steps))
         if msg.get("mechanism", DEFAULT_MECHANISM) not in self.mechanisms:
             raise ValueError("mechanism %r is not allowed on this device %r" % (msg.get("mechanism"), self.mechanisms))
+        if "prio3" in msg:
+            self.check_prio3_key(msg["prio3"]["key_id"])
+
+    def check_prio3_key(self, key_id):
+        """Raise ValueError unless key_id is the helper key this device pinned."""
+        if self.prio3_key_id is None:
+            raise ValueError("prio3: this device pinned no helper key at flash time (policy prio3_key_id)")
+        if key_id != self.prio3_key_id:
+            raise ValueError("prio3 key id %r is not this device's pinned key %r" % (key_id, self.prio3_key_id))

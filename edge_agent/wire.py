@@ -10,7 +10,12 @@ from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 
 VERSION = 1
 STATES = ("online", "offline", "budget_exhausted", "no_eps_level", "control_rejected", "ledger_unreadable",
-          "ledger_unwritable")
+          "ledger_unwritable", "awaiting_control")
+# Secure aggregation (edge_agent.secagg): the Prio3 report kinds and products a control message may name.
+PRIO3 = "prio3"
+PRIO3_KINDS = ("sum", "count", "histogram")
+PRIO3_PRODUCT_PERIODS = (("per-t", 0), ("hourly", 3600), ("daily", 86400))   # 0: the reporting period
+MAX_PRIO3_BUCKETS = 32
 MAX_CONTROL_BYTES = 4096
 MAX_EPS_LEVELS = 16
 CONTROL_TOPIC = "rase/v1/control/precision"
@@ -100,6 +105,42 @@ def parse_control(payload):
         out["bands"] = check_bands(msg.get("bands", DEFAULT_BANDS))
     except ValueError as e:
         raise ValueError("control field " + str(e))
+    if out["mechanism"] == PRIO3:
+        out["prio3"] = parse_prio3(msg.get("prio3"))
+        if out["eps_levels"] != [out["prio3"]["dp_eps"]]:
+            raise ValueError("control field eps_levels must be [prio3.dp_eps] when mechanism is prio3")
+    return out
+
+
+def _int_field(d, key, lo, hi):
+    v = d.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise ValueError("control field prio3.%s must be an integer in [%d, %d], got %r" % (key, lo, hi, v))
+    return v
+
+
+def parse_prio3(d):
+    """The control message's prio3 object: kind, product, dp_eps (per release),
+    key_id (the helper's key the device must have pinned), and max_measurement
+    (sum) or buckets and chunk_length (histogram). Raises ValueError."""
+    if not isinstance(d, dict):
+        raise ValueError("control field prio3 must be an object when mechanism is prio3")
+    kind, product = d.get("kind"), d.get("product", "per-t")
+    if kind not in PRIO3_KINDS:
+        raise ValueError("control field prio3.kind must be one of %s, got %r" % (", ".join(PRIO3_KINDS), kind))
+    if product not in [p[0] for p in PRIO3_PRODUCT_PERIODS]:
+        raise ValueError("control field prio3.product must be per-t, hourly or daily, got %r" % (product,))
+    if product != "per-t" and kind != "sum":
+        raise ValueError("control field prio3.product %r averages readings: it needs kind sum" % (product,))
+    out = {"kind": kind, "product": product, "key_id": check_name("control field prio3.key_id", d.get("key_id")),
+           "dp_eps": _finite_number("prio3.dp_eps", d.get("dp_eps"))}
+    if not out["dp_eps"] > 0:
+        raise ValueError("control field prio3.dp_eps must be > 0")
+    if kind == "sum":
+        out["max_measurement"] = _int_field(d, "max_measurement", 1, (1 << 32) - 1)
+    elif kind == "histogram":
+        out["buckets"] = _int_field(d, "buckets", 2, MAX_PRIO3_BUCKETS)
+        out["chunk_length"] = _int_field(d, "chunk_length", 1, out["buckets"])
     return out
 
 

@@ -13,6 +13,7 @@ from edge_agent import wire
 from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from edge_agent.randomizer import check_finite
+from fog_shuffler.leader import Prio3FogConfig
 from fog_shuffler.relationship import RelationshipGraph
 from fog_shuffler.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
 from rase_common.kafka import KafkaConfig
@@ -151,6 +152,8 @@ class FogConfig(TomlSettings):
     privacy_delta: float = Field(1e-6, gt=0, lt=0.01)   # delta of the per-window amplification statement
     sink: Literal["mqtt", "kafka"] = "mqtt"   # where windows go: rase/v1/windows/{region} or Kafka
     kafka: KafkaConfig = KafkaConfig()
+    # Secure aggregation (device_mechanism / the control's mechanism "prio3"): the fog is Prio3's leader.
+    prio3: Prio3FogConfig | None = None
 
     @field_validator("regions")
     @classmethod
@@ -206,6 +209,13 @@ class FogConfig(TomlSettings):
             raise ValueError(f"central_target: this fog cannot deliver a central eps with shuffler.shuffle_mode = "
                              f"\"{self.shuffler.shuffle_mode}\" (Mallows windows carry d_sigma privacy, not "
                              f"amplification by shuffling); set shuffle_mode = \"uniform\"")
+        return self
+
+    @model_validator(mode="after")
+    def _prio3(self) -> "FogConfig":
+        if self.device_mechanism == "prio3" and (self.prio3 is None or self.prio3.params is None):
+            raise ValueError("device_mechanism = \"prio3\" needs a [prio3] table with its params "
+                             "(kind, dp_eps, key_id, ...) and verify_key_file")
         return self
 
     @model_validator(mode="after")

@@ -20,8 +20,10 @@ from rase_common.protocol.topics import parse_report_topic
 # range, a bit, a category or mask); implausible_y: an output of BR without
 # clamping, but beyond the stated tail (rase_common.mechanisms.br.REPORT_TAIL).
 # quarantined_device: a valid report from a device the fog's attacker detection quarantined (fog_shuffler.detection).
+# nonce_repeated, malformed_share, prio3_reply_invalid: the secure-aggregation mode (fog_shuffler.leader).
 REASONS = ("oversized", "bad_topic", "malformed_json", "wrong_type", "non_finite", "unknown_device",
-           "t_out_of_range", "implausible_y", "eps_not_on_menu", "impossible_y", "quarantined_device")
+           "t_out_of_range", "implausible_y", "eps_not_on_menu", "impossible_y", "quarantined_device",
+           "nonce_repeated", "malformed_share", "prio3_reply_invalid")
 
 
 class Rejected(ProtocolError):
@@ -78,7 +80,19 @@ def _rejection(err: ValidationError) -> Rejected:
 
 def validate(topic: str, payload: bytes, now_t: int, rules: IngestRules) -> Accepted:
     """Accept one report or raise Rejected(reason)."""
-    if len(payload) > rules.max_bytes:
+    region, device, rep = parse_report(topic, payload, now_t, rules, Report, rules.max_bytes)
+    if rep.eps not in rules.eps_levels:
+        raise Rejected("eps_not_on_menu", f"eps={rep.eps}")
+    why = y_rejection(rep.y, rep.eps, rules)
+    if why:
+        raise Rejected(why, f"y={rep.y}")
+    return Accepted(region, device, rep.t, float(rep.y), float(rep.eps), rules.mechanism)
+
+
+def parse_report(topic: str, payload: bytes, now_t: int, rules: IngestRules, model, max_bytes: int):  # noqa: ANN001
+    """(region, device, the report as `model`) once its size, topic, schema,
+    device and t pass, or Rejected: what every kind of report is checked for."""
+    if len(payload) > max_bytes:
         raise Rejected("oversized", f"{len(payload)} bytes")
     where = parse_report_topic(topic)
     if where is None:
@@ -87,19 +101,14 @@ def validate(topic: str, payload: bytes, now_t: int, rules: IngestRules) -> Acce
     try:
         # Parsed and validated in one pass by pydantic's JSON parser (a third of
         # json.loads + model_validate); its error types give the reasons.
-        rep = Report.model_validate_json(payload)
+        rep = model.model_validate_json(payload)
     except ValidationError as err:
         raise _rejection(err) from None
     if rules.devices.get(device) != region:
         raise Rejected("unknown_device", f"{region}/{device}"[:80])
     if rep.t > now_t + 1 or (rules.lateness_periods is not None and rep.t < now_t - rules.lateness_periods):
         raise Rejected("t_out_of_range", f"t={rep.t} now={now_t}")
-    if rep.eps not in rules.eps_levels:
-        raise Rejected("eps_not_on_menu", f"eps={rep.eps}")
-    why = y_rejection(rep.y, rep.eps, rules)
-    if why:
-        raise Rejected(why, f"y={rep.y}")
-    return Accepted(region, device, rep.t, float(rep.y), float(rep.eps), rules.mechanism)
+    return region, device, rep
 
 
 def possible_y(y: float, eps: float, rules: IngestRules) -> bool:

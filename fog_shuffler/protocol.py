@@ -18,6 +18,7 @@ from edge_agent.mechanisms import DEFAULT_MECHANISM
 from edge_agent.schedule import Schedule, from_control
 from fog_shuffler.ingest import IngestRules
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
+from rase_common.protocol.prio3 import Prio3Params
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Protocol:
     since_t: int | None = None             # a schedule change (edge_agent.schedule): this one from since_t on,
     previous_period_s: float | None = None   # the previous one before
     previous_epoch0: float | None = None
+    prio3: Prio3Params | None = None       # secure aggregation: the Prio3 kind, product, dp_eps, key id
 
     @classmethod
     def from_control(cls, msg: dict, current: "Protocol") -> "Protocol":
@@ -47,7 +49,8 @@ class Protocol:
                    rho=float(msg.get("rho", current.rho)),
                    on_above=float(msg.get("on_above", DEFAULT_ON_ABOVE)),
                    bands=tuple(msg.get("bands", DEFAULT_BANDS)), since_t=msg.get("since_t"),
-                   previous_period_s=msg.get("previous_period_s"), previous_epoch0=msg.get("previous_epoch0"))
+                   previous_period_s=msg.get("previous_period_s"), previous_epoch0=msg.get("previous_epoch0"),
+                   prio3=Prio3Params(**msg["prio3"]) if "prio3" in msg else None)
 
     def differences(self, other: "Protocol") -> dict[str, tuple]:
         """field -> (self's value, other's value) where they differ."""
@@ -55,7 +58,17 @@ class Protocol:
                 if getattr(self, f.name) != getattr(other, f.name)}
 
     @property
+    def window_period_s(self) -> float:
+        """What one window covers: the period, or a prio3 product's hour or day."""
+        return self.prio3.window_period_s(self.period_s) if self.prio3 is not None else self.period_s
+
+    @property
     def schedule(self) -> Schedule:
+        """The windows' schedule. A prio3 hourly or daily product's windows are
+        its hours or days, on epoch0's grid (a schedule change applies to the
+        reporting period only)."""
+        if self.window_period_s != self.period_s:
+            return Schedule(self.window_period_s, self.epoch0)
         return from_control({"period_s": self.period_s, "epoch0": self.epoch0, "since_t": self.since_t,
                              "previous_period_s": self.previous_period_s, "previous_epoch0": self.previous_epoch0})
 

@@ -31,6 +31,7 @@ from fog_shuffler.config import FogConfig
 from fog_shuffler.detection import SECONDS_PER_DAY, Alarm, Detector, DeviceState
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
 from fog_shuffler.journal import DetectionWrite, Journal
+from fog_shuffler.leader import Prio3Leader, split_prio3
 from fog_shuffler.metrics import FogMetrics
 from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower, rules_for
 from fog_shuffler.randomness import window_rng
@@ -81,7 +82,8 @@ class FogService(Service):
         self.counters = RegionCounters()
         # The retained control message owns the protocol parameters; the fog follows it.
         own = Protocol(cfg.period_s, cfg.epoch0, tuple(cfg.eps_levels), cfg.x_min, cfg.x_max,
-                       mechanism=cfg.device_mechanism, on_above=cfg.on_above, bands=tuple(cfg.bands))
+                       mechanism=cfg.device_mechanism, on_above=cfg.on_above, bands=tuple(cfg.bands),
+                       prio3=cfg.prio3.params if cfg.prio3 else None)
         self.protocol = ProtocolFollower(own, grace_periods=cfg.lateness_periods + 2)
         self.control_policy = cfg.control_policy.build(cfg.period_s)
         self.rules = rules_for(IngestRules(devices={d: r for r, ds in registered.items() for d in ds},
@@ -103,6 +105,10 @@ class FogService(Service):
         self.journal: Journal | None = None
         self.quarantine: Quarantine | None = None
         self.forwarder: OutboxSender | None = None
+        # Secure aggregation: the fog as Prio3's leader (fog_shuffler.leader), when configured.
+        self.leader = (Prio3Leader(cfg.prio3, name=cfg.name, regions=list(cfg.regions), k_min=cfg.k_min,
+                                   registry=self.metrics.registry, storage=self.storage, sink_name=cfg.sink)
+                       if cfg.prio3 is not None else None)
         self._held: list[tuple[object, int]] = []   # (message, logical t at arrival): taken, not journaled
         self._rebuild = False
         self.outbox_size = 0
@@ -131,6 +137,8 @@ class FogService(Service):
         self.journal = Journal(self.cfg.journal_path)
         stack.callback(self.journal.close)
         self.quarantine = Quarantine(self.journal.db, self.metrics.rejected, log)
+        if self.leader is not None:
+            self.leader.open(self.journal.db)
         self._restore()
         self._restore_detection()
         self.outbox_size = len(self.journal.unsent())
@@ -147,6 +155,9 @@ class FogService(Service):
                                    else MqttSink(self.link, topics.windows_topic))
         if hasattr(self.sink, "stop"):
             stack.push_async_callback(self.sink.stop)
+        if self.leader is not None:
+            await self.leader.connect(stack, self.cfg.sink, self.cfg.kafka, link=self.link, sink=self._sink,
+                                      replies_from_kafka=self._source is None)
         self.forwarder = OutboxSender(f"fog {self.cfg.name} forwarding", unsent=self.journal.unsent,
                                       send=lambda row: self.sink.send(row[0], row[2]), mark_sent=self._mark_sent,
                                       outage=self.forwarding, storage=self.storage, wakeup=self.outbox_wakeup)
@@ -154,10 +165,24 @@ class FogService(Service):
                  sorted(self.cfg.regions), self.cfg.k_min, self.cfg.period_s, self.cfg.sink)
 
     def tasks(self):
-        return [self._ingest(), self._closer(), self.forwarder.run()]
+        return [self._ingest(), self._closer(), self.forwarder.run()] + (self.leader.tasks() if self.leader else [])
 
     def subscriptions(self) -> list[tuple[str, int]]:
-        return [(topics.reports_filter(r), 1) for r in self.cfg.regions] + [(topics.CONTROL_TOPIC, 1)]
+        subs = [(topics.reports_filter(r), 1) for r in self.cfg.regions] + [(topics.CONTROL_TOPIC, 1)]
+        if self.leader is not None and self.cfg.sink == "mqtt":
+            subs += self.leader.subscriptions()      # the helper answers over the same transport
+        return subs
+
+    async def _close_prio3(self, cw: ClosedWindow) -> ClosedWindow | None:
+        """Secure aggregation: the leader closes the window's Prio3 reports; the
+        rest of the window (None: nothing) goes on as usual."""
+        mine, rest = split_prio3(cw)
+        if await self.leader.close(mine, self.protocol.candidates(cw.t), self.counters.rejected[cw.region]):
+            self.counters.forwarded(cw.region)
+        else:
+            self.metrics.suppressed.inc()
+            self.counters.suppressed[cw.region] += 1
+        return rest
 
     def make_link(self) -> MqttLink:
         """The fog's broker link: a fixed client id and a persistent session
@@ -177,8 +202,11 @@ class FogService(Service):
     def _restore(self) -> None:
         """Reopen journaled windows exactly as they were before a crash."""
         j = self.journal
-        n = self.windows.restore(j.closed_windows(), j.open_reports(), j.duplicate_counts(), j.seen_devices(),
-                                 self.now_t())
+        prio3 = self.leader.open_reports() if self.leader is not None else []
+        if self.leader is not None:
+            self.leader.reset()
+        n = self.windows.restore(j.closed_windows(), j.open_reports() + prio3, j.duplicate_counts(),
+                                 j.seen_devices(), self.now_t())
         if n or self.windows.closed:
             log.info("fog restored %d open reports in %d windows; %d windows already closed",
                      n, len(self.windows.open), len(self.windows.closed))
@@ -219,13 +247,20 @@ class FogService(Service):
         storage failure is counted once."""
         if self._rebuild:
             self._rebuild_from_journal()
-        rows, dups = [], []
+        rows, dups, replies = [], [], []
         after: list[tuple[str | None, str, Outcome | None, object]] = []   # (reject reason, detail, outcome, msg)
         complete = False
         for msg, now_t in batch:
             if msg.topic == topics.CONTROL_TOPIC:
                 self._control(msg)
                 after.append((None, "", None, msg))
+                continue
+            if self.leader is not None and self.leader.is_reply(msg.topic):
+                try:
+                    replies.append(self.leader.reply(msg.payload))
+                    after.append((None, "", None, msg))
+                except Rejected as err:
+                    after.append((err.reason, str(err), None, msg))
                 continue
             try:
                 rep = self._validate(msg, now_t)
@@ -238,7 +273,10 @@ class FogService(Service):
                 log.exception("report on %s could not be processed; quarantined", msg.topic)
                 after.append(("internal", repr(err), None, msg))
                 continue
-            if outcome is Outcome.ACCEPTED:
+            if outcome is Outcome.ACCEPTED and rep.mechanism == "prio3":
+                self.leader.accepted(rep)
+                complete = complete or self.windows.complete(rep.region, rep.t)
+            elif outcome is Outcome.ACCEPTED:
                 rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0, rep.mechanism))
                 self._observe(rep)
                 complete = complete or self.windows.complete(rep.region, rep.t)
@@ -251,9 +289,11 @@ class FogService(Service):
             self._detection_rollback()
             raise
         self._detection_commit()
+        if self.leader is not None:
+            self.leader.commit(replies)
         self._count(after)
         self.source.ack([m for *_, m in after])
-        self.reports_taken += len(after)
+        self.reports_taken += len(after) - len(replies)
         if complete:
             self.due.set()
 
@@ -278,6 +318,14 @@ class FogService(Service):
     def _validate(self, msg, now_t: int) -> Accepted:  # noqa: ANN001
         """A report is good if the current parameters accept it, or, just after
         a change, the previous ones."""
+        if self.leader is not None and self.leader.is_report(msg.payload):
+            cands = self.protocol.candidates(now_t)
+            for p in cands:
+                try:
+                    return self.leader.validate(msg.topic, msg.payload, now_t, rules_for(self.rules, p), p.prio3)
+                except Rejected as err:
+                    if p is cands[-1] or err.reason not in ("eps_not_on_menu", "impossible_y", "malformed_share"):
+                        raise
         try:
             return validate(msg.topic, msg.payload, now_t, self.rules)
         except Rejected as err:
@@ -358,6 +406,11 @@ class FogService(Service):
             if cw.revision == 0:
                 # Behind schedule (a storage outage held it): how many periods late it closes.
                 self.metrics.close_delay.observe(max(0, now_t - (t + 1 + self.cfg.lateness_periods)))
+            if self.leader is not None and self.leader.owns(cw):
+                closed += 1
+                cw = await self._close_prio3(cw)
+                if cw is None:
+                    continue
             if cw.suppressed:
                 self.journal.close_window(region, t, None, cw.revision)
                 self.metrics.suppressed.inc()
@@ -374,6 +427,8 @@ class FogService(Service):
             # Reports older than t_min are rejected as out of range, so their
             # windows' closed markers and sent messages are no longer needed.
             self.journal.prune(t_min)
+            if self.leader is not None:
+                self.leader.prune(t_min)
         return closed
 
     async def _release(self, cw: ClosedWindow) -> None:

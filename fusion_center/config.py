@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from edge_agent import wire
+from fusion_center.helper import Prio3FusionConfig
 from rase_common.protocol.control import ControlMessage
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
@@ -77,6 +78,19 @@ class FusionConfig(TomlSettings):
     broker: BrokerConfig = BrokerConfig()
     source: Literal["mqtt", "kafka"] = "mqtt"   # where windows come from
     kafka: KafkaConfig = KafkaConfig()
+    # Secure aggregation ([precision] mechanism = "prio3"): the fusion center is Prio3's helper and collector.
+    prio3: Prio3FusionConfig | None = None
+
+    @model_validator(mode="after")
+    def _prio3(self) -> "FusionConfig":
+        p = self.precision.prio3
+        if p is not None and self.prio3 is None:
+            raise ValueError("precision.mechanism = \"prio3\" needs a [prio3] table (private_key_file, key_id, "
+                             "verify_key_file)")
+        if p is not None and p.key_id != self.prio3.key_id:
+            raise ValueError(f"precision.prio3.key_id {p.key_id!r} is not this fusion center's key "
+                             f"([prio3] key_id {self.prio3.key_id!r}): devices would refuse it")
+        return self
 
     @model_validator(mode="before")
     @classmethod

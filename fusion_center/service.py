@@ -30,6 +30,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from fusion_center.config import FusionConfig
+from fusion_center.helper import Prio3Helper
 from fusion_center.history import EstimateHistory
 from fusion_center.merge import TimestampMerger, aggregate
 from fusion_center.metrics import FusionMetrics
@@ -43,6 +44,7 @@ from rase_common.mqtt import MqttLink, MqttSource
 from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
 from rase_common.protocol.control import ControlMessage
+from rase_common.protocol.prio3 import is_prio3_message
 from rase_common.protocol.window import WindowMessage
 from rase_common.quarantine import Quarantine
 from rase_common.service import Service
@@ -76,6 +78,9 @@ class FusionService(Service):
         self.store: AggregateStore | None = None
         self.quarantine: Quarantine | None = None
         self.publisher: OutboxSender | None = None
+        # Secure aggregation: the fusion center as Prio3's helper (fusion_center.helper), when configured.
+        self.helper = (Prio3Helper(cfg.prio3, regions=cfg.regions, merge_deadline_s=cfg.merge_deadline_s,
+                                   registry=self.metrics.registry, storage=self.storage) if cfg.prio3 else None)
         self._held: list = []              # taken from the source, not yet stored (storage failing)
         self._control_sent: tuple | None = None   # (control message, connection) last published
 
@@ -97,6 +102,8 @@ class FusionService(Service):
         self.store = AggregateStore(self.cfg.store_path)
         stack.callback(self.store.close)
         self.quarantine = Quarantine(self.store.db, self.metrics.rejected, log)
+        if self.helper is not None:
+            self.helper.open(self.store.db)
         self._restore()
         stored = self.store.load_control()
         if stored is not None:
@@ -112,6 +119,8 @@ class FusionService(Service):
                                        else MqttSource(self.link))
         await self.source.start()
         stack.push_async_callback(self.source.stop)
+        if self.helper is not None:
+            await self.helper.connect(stack, self.cfg.source, self.cfg.kafka, link=self.link)
         self.publisher = OutboxSender("fusion publishing", unsent=self.store.unpublished, send=self._publish,
                                       mark_sent=lambda row: self.store.mark_published(row[0], row[1], row[3]),
                                       outage=self.publishing, storage=self.storage, wakeup=self.outbox_wakeup)
@@ -145,7 +154,8 @@ class FusionService(Service):
         return link
 
     def tasks(self):
-        return [self._intake(), self._closer(), self.publisher.run(), self._control()]
+        return [self._intake(), self._closer(), self.publisher.run(), self._control()] + (
+            self.helper.tasks() if self.helper is not None else [])
 
     def _restore(self) -> None:
         n = 0
@@ -180,8 +190,11 @@ class FusionService(Service):
         """Validate and store a batch of windows; acknowledge only what is
         stored or quarantined."""
         now = self.clock.now()
-        valid, invalid = [], []
+        valid, invalid, prio3 = [], [], []
         for r in got:
+            if is_prio3_message(r.payload):
+                prio3.append(r)
+                continue
             try:
                 valid.append((WindowMessage.model_validate_json(r.payload), r))
             except ValidationError as err:
@@ -210,6 +223,8 @@ class FusionService(Service):
             fresh.append((w, r))
             revises.append(stored is not None)
         added = self.store.add_windows([(w.region, w.t, w.revision, w.model_dump_json(), now) for w, _ in fresh])
+        if prio3:
+            invalid += self._take_prio3(prio3)
         for reason, detail, r in invalid:
             self.quarantine.put("windows", reason, detail, r.payload, now)
         self.metrics.late.inc(too_late)
@@ -234,12 +249,22 @@ class FusionService(Service):
         now_t = schedule.t_of(self.clock.now())
         return now_t - int(self.cfg.revise_for_s // schedule.period_s) - 1
 
+    def _take_prio3(self, got: list) -> list:
+        """Secure aggregation: the leader's messages go to the helper's store; the invalid ones are returned."""
+        if self.helper is None:
+            return [("prio3_not_configured", "a prio3 message, but this fusion center has no [prio3]", r)
+                    for r in got]
+        bad = self.helper.take([r.payload for r in got], time.time(), lambda t: self.store.has_aggregate("all", t))
+        return [(b[0], b[1], r) for b, r in zip(bad, got) if b is not None]
+
     # -- closing ------------------------------------------------------------------
     async def _closer(self) -> None:
         while True:
             if not self.storage.down:
                 try:
                     await self._close_due()
+                    if self.helper is not None:
+                        self._close_prio3()
                 except StorageError as err:
                     self.storage.failed(err)
             await self.due.wait(None, self._idle_s())
@@ -314,14 +339,29 @@ class FusionService(Service):
             raise
         for (t, first, _, agg, est), new in zip(done, stored):
             if new:
-                self.metrics.closed.inc()
-                self.metrics.show_aggregate(agg, est)
-                if not agg.complete:
-                    self.metrics.incomplete.inc()
-                self.metrics.lag.observe(max(0.0, (self.clock.now() - first) / getattr(self.clock, "speedup", 1)))
+                self._stored(agg, est, (self.clock.now() - first) / getattr(self.clock, "speedup", 1))
         self.store.prune_windows(self._revise_horizon_t())
         self.outbox_wakeup.set()
         return len(done)
+
+    def _stored(self, agg, est: dict, lag_s: float) -> None:  # noqa: ANN001
+        self.metrics.closed.inc()
+        self.metrics.show_aggregate(agg, est)
+        if not agg.complete:
+            self.metrics.incomplete.inc()
+        self.metrics.lag.observe(max(0.0, lag_s))
+
+    def _close_prio3(self) -> None:
+        """Secure aggregation: publish every t whose regions are ready (or whose merge deadline passed)."""
+        now = time.time()
+        for t, ready, first in self.helper.due(now):
+            made = self.helper.aggregate(t, ready, self.precision, level=self.cfg.level,
+                                         history=self.history.series, windows_w=tuple(self.cfg.windows_w))
+            if made is not None and self.store.store_aggregate("all", t, made[0].model_dump_json(), self.clock.now()):
+                self.history.add(made[0].mechanism, t, made[1])
+                self._stored(made[0], made[1], now - first)
+                self.outbox_wakeup.set()
+            self.helper.aggregated(t, stored=made is not None)
 
     # -- publishing ------------------------------------------------------------------
     async def _publish(self, row: tuple[str, int, str, int]) -> None:

@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-CONTROL = "rase/v1/control/precision"
+from rase_common.protocol.topics import CONTROL_TOPIC as CONTROL, PRIO3_VERIFY_PREFIX
+
 HEALTH = "health"     # the broker's healthcheck: reads its $SYS status only
 BROKER_METRICS = "broker-metrics"   # rase broker-metrics: reads $SYS
 
@@ -72,9 +73,12 @@ def build_acl(fogs: Iterable[FogUsers], *, fusion: str = "fusion-fusion1",
         lines += [f"user {fog.user}"]
         lines += [f"topic read rase/v1/reports/{r}/+" for r in sorted(fog.regions)]
         lines += [f"topic read {CONTROL}"]
-        lines += [f"topic write rase/v1/windows/{r}" for r in sorted(fog.regions)] + [""]
+        lines += [f"topic write rase/v1/windows/{r}" for r in sorted(fog.regions)]
+        # Secure aggregation: the helper (fusion) answers the leader (fog) on rase/v1/prio3/verify/{region}.
+        lines += [f"topic read {PRIO3_VERIFY_PREFIX}{r}" for r in sorted(fog.regions)] + [""]
     lines += [f"user {fusion}"] + [f"topic read rase/v1/windows/{r}" for r in regions]
-    lines += [f"topic readwrite {CONTROL}", "topic readwrite rase/v1/aggregates/#", ""]
+    lines += [f"topic readwrite {CONTROL}", "topic readwrite rase/v1/aggregates/#"]
+    lines += [f"topic write {PRIO3_VERIFY_PREFIX}{r}" for r in regions] + [""]
     for s in subscribers:
         lines += [f"user {s}", "topic read rase/v1/aggregates/#", f"topic read {CONTROL}", ""]
     device_region = {d: r for fog in fogs for r, devs in fog.regions.items() for d in devs}

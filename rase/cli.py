@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from edge_agent.mechanisms import DEFAULT_MECHANISM, MECHANISMS
+from edge_agent.mechanisms import ALL_MECHANISMS, DEFAULT_MECHANISM
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from rase_common.errors import ConfigError
 from rase_common.service import run_service
@@ -223,7 +223,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     names = [k for k in ("mean", "count", "bs", "se", "mle") if rows and k in rows[0]["estimates"]]
     bands = len(rows[0].get("frequencies", [])) if rows else 0
     heads = [k.upper() for k in names] + [f"band {j}" for j in range(bands)]
-    shares = bool(rows) and rows[0].get("mechanism") in ("binary", "categorical")   # counts and shares, not watts
+    shares = bool(rows) and (rows[0].get("mechanism") in ("binary", "categorical")   # counts and shares, not watts
+                             or (rows[0].get("prio3") or {}).get("kind") in ("count", "histogram"))
     print(f"{'t':>8} {'n':>6}  " + "  ".join(f"{h:>22}" for h in heads) + "  clamped")
     for r in rows:
         cells = []
@@ -299,7 +300,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                         period_s=args.period, clone=args.clone, broker_url=args.broker,
                         speedup=None if args.fast or args.speedup is None else args.speedup,
                         device_mechanism=args.mechanism, on_above=args.on_above, bands=bands,
-                        shuffle_mode=args.shuffle, central_eps=args.central_eps,
+                        shuffle_mode=args.shuffle, central_eps=args.central_eps, prio3_kind=args.prio3_kind,
+                        product=args.product,
                         work_dir=Path(args.out).parent / (Path(args.out).stem + ".state"))
     try:
         result = _run_tool(run_pipeline(spec))
@@ -313,7 +315,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"fog: {result.fog.get('devices_quarantined', 0)} device(s) quarantined by the plausibility test, "
           f"{result.fog['rejected']} reports rejected")
     from rase_common.privacy import privacy_over_time
-    for line in privacy_over_time(args.eps, args.period, args.hours).lines():
+    report_s = {"hourly": 3600.0, "daily": 86400.0}.get(args.product, args.period) if args.mechanism == "prio3" \
+        else args.period
+    for line in privacy_over_time(args.eps, report_s, args.hours).lines():
         print(line.replace("privacy over", "each simulated device's privacy over", 1))
     return 0
 
@@ -394,6 +398,9 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
     from simulators.evaluation import plot_utility, utility_from_replays, utility_from_simulation
 
     ws = tuple(args.windows)
+    mechs = _replay_mechanisms(args.replay) if args.replay else set()
+    if args.mechanisms or "prio3" in mechs or len(mechs) > 1:    # side by side, with the plan's predictions
+        return _eval_compare(args, data, out)
     if args.replay:
         res = utility_from_replays(data, [Path(p) for p in args.replay], ws)
     else:
@@ -421,6 +428,78 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
                                                   "table": {str(e): v for e, v in res.table.items()}}, indent=1))
     plot_utility(res, ws, out / "utility.png")
     print(f"written: {out / 'utility.json'}, {out / 'utility.png'}")
+    return 0
+
+
+def _replay_mechanisms(paths: list[str]) -> set[str]:
+    import json
+
+    with_mech = set()
+    for p in paths:
+        with open(p) as fh:
+            with_mech.add(json.loads(fh.readline())["params"].get("device_mechanism", "br"))
+    return with_mech
+
+
+def _eval_compare(args: argparse.Namespace, data: Path, out: Path) -> int:
+    """Mechanisms side by side (local DP and secure aggregation), with the plan's predictions."""
+    import json
+
+    from simulators.evaluation import compare_replays, compare_simulated
+
+    if args.replay:
+        rows = compare_replays(data, [Path(p) for p in args.replay])
+    else:
+        mechs = [m.strip() for m in (args.mechanisms or "br,duchi,prio3").split(",") if m.strip()]
+        unknown = [m for m in mechs if m not in ALL_MECHANISMS]
+        if unknown:
+            print(f"rase eval utility: --mechanisms: unknown {', '.join(unknown)} (known: "
+                  f"{', '.join(ALL_MECHANISMS)})", file=sys.stderr)
+            return 2
+        rows = compare_simulated(data, args.houses, mechs, [float(e) for e in args.eps.split(",")],
+                                 hours=args.hours, clone=args.clone, seed=args.seed,
+                                 progress=lambda m, e: print(f"  {m} eps {e} done", file=sys.stderr))
+    print(f"the mean, per timestamp ({'replays' if args.replay else 'simulation'}): MAE, bias and coverage of the "
+          "true mean; 'plan' = `rase plan`'s prediction; 'floor' = the mechanism's analytic floor")
+    print(f"{'mechanism':<10}{'n':>6}{'eps':>6}{'MAE (W)':>10}{'bias':>9}{'coverage':>10}{'plan':>9}{'floor':>9}"
+          f"{'D/(n eps)':>11}{'timestamps':>12}")
+    for r in rows:
+        print(f"{r['mechanism']:<10}{r['devices']:>6}{r['eps']:>6g}{r['mae']:>10.1f}{r['bias']:>9.1f}"
+              f"{r['coverage']:>10.3f}{r['plan_mae']:>9.1f}{r['floor_mae']:>9.1f}{r['central_floor']:>11.1f}"
+              f"{r['timestamps']:>12}")
+    (out / "utility_compare.json").write_text(json.dumps(rows, indent=1))
+    print(f"written: {out / 'utility_compare.json'}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from simulators.plan import format_plan, plan
+    from simulators.refit import bundled_dir
+
+    try:
+        rows = plan(args.devices, args.period, args.product, args.eps_day,
+                    data_dir=Path(args.data) if args.data else bundled_dir())
+    except ValueError as err:
+        print(f"rase plan: {err}", file=sys.stderr)
+        return 2
+    print(format_plan(rows, args.devices, args.period, args.product, args.eps_day))
+    return 0
+
+
+def cmd_secagg_keys(args: argparse.Namespace) -> int:
+    from rase_common.secagg import write_keys
+
+    try:
+        keys = write_keys(Path(args.out))
+    except FileExistsError as err:
+        print(f"rase secagg-keys: {err}", file=sys.stderr)
+        return 1
+    print(f"verify key (both aggregators, never the devices): {keys['verify_key_file']}")
+    print(f"helper private key (the fusion center only):       {keys['private_key_file']}")
+    print("pin in every device's config ([policy]) when it is flashed:")
+    print(f'  prio3_key_id = "{keys["key_id"]}"')
+    print(f'  prio3_public_key = "{keys["public_key"]}"')
+    print(f'and in the fusion center: [prio3] key_id = "{keys["key_id"]}", [precision.prio3] key_id the same')
     return 0
 
 
@@ -471,7 +550,7 @@ def _eval_poison(args: argparse.Namespace, data: Path, out: Path) -> int:
     from simulators.poison import as_json, format_rows, run_poison
 
     eps = float(args.eps_attack)
-    mechanisms = [m for m in args.mechanisms.split(",") if m]
+    mechanisms = [m for m in (args.mechanisms or "br,duchi,piecewise,hybrid").split(",") if m]
     fractions = [float(f) for f in args.fractions.split(",")]
     rows = run_poison(data, args.houses, eps=eps, hours=args.hours, clone=args.clone, fractions=fractions,
                       mechanisms=mechanisms, seed=args.seed,
@@ -677,9 +756,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--clone", type=int, default=1, help="copies of each device, shifted by an hour each")
     r.add_argument("--period", type=float, default=8.0, help="period_s")
     r.add_argument("--broker", help="mqtt://host:port (default: an embedded broker)")
-    r.add_argument("--mechanism", default=DEFAULT_MECHANISM, choices=list(MECHANISMS),
-                   help="the devices' randomizer, broadcast in the control message (default: the paper's BR); "
-                        "binary: on/off counts, categorical: load-band frequencies")
+    r.add_argument("--mechanism", default=DEFAULT_MECHANISM, choices=list(ALL_MECHANISMS),
+                   help=f"the devices' randomizer, broadcast in the control message (default: {DEFAULT_MECHANISM}; "
+                        "br: the paper's BR); binary: on/off counts, categorical: load-band frequencies; prio3: "
+                        "secure aggregation (the fog and the fusion center as two Prio3 aggregators adding central "
+                        "noise; --eps is then each release's dp_eps)")
+    r.add_argument("--prio3-kind", default="sum", choices=["sum", "count", "histogram"],
+                   help="prio3: the report kind: sum (the mean), count (on/off, --on-above), histogram (--bands)")
+    r.add_argument("--product", default="per-t", choices=["per-t", "hourly", "daily"],
+                   help="prio3 sum: one report per period (per-t), or each device's average over an hour or a day")
     r.add_argument("--shuffle", default="rs", choices=["rs", "dsigma", "buds", "uniform"],
                    help="the fog's shuffle: RASE's RS (default), d_sigma alone, BUDS batches, or uniform (the one "
                         "that amplifies: needed by --central-eps)")
@@ -728,6 +813,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--clone", type=int, default=None,
                     help="utility, poison: copies of each device (n = 45 x clone; default 1, poison: 22)")
     ev.add_argument("--replay", nargs="+", help="utility, counts: score these `rase replay` outputs instead")
+    ev.add_argument("--mechanisms", help="utility: compare these side by side, e.g. br,duchi,prio3 (prio3: secure "
+                    "aggregation with central noise, --eps per release), with `rase plan`'s predictions; "
+                    "poison: the device mechanisms attacked (default br,duchi,piecewise,hybrid)")
     ev.add_argument("--eps-attack", type=float, default=1.0, help="attack, poison: eps per report")
     ev.add_argument("--alpha", type=float, default=2.0,
                     help="attack: shuffle privacy alpha (default: the fog's; the papers' setting is 30)")
@@ -738,9 +826,27 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--alphas", help="attack: sweep these alphas, e.g. 30,10,3,1 (RS and d_sigma)")
     ev.add_argument("--group-sizes", help="attack: sweep these RS group sizes, e.g. 9,18,45")
     ev.add_argument("--jitter", type=float, default=0.5, help="attack: arrival jitter (s) without a shuffler")
-    ev.add_argument("--mechanisms", default="br,duchi,piecewise,hybrid", help="poison: device mechanisms")
     ev.add_argument("--fractions", default="0.01,0.05", help="poison: shares of the devices that attack")
     ev.set_defaults(func=cmd_eval)
+
+    pl = sub.add_parser("plan", help="predicted error of the mean against the privacy guarantee, for each mode",
+                        description="For N devices, a period and a product, spend eps-day per device per day and "
+                                    "print each mode's predicted MAE of the published mean on REFIT-like data and "
+                                    "its per-release and per-day guarantee: local DP (each mechanism, with "
+                                    "population division where it helps) and secure aggregation (prio3).")
+    pl.add_argument("--devices", type=int, required=True, help="devices reporting (N)")
+    pl.add_argument("--period", type=float, default=8.0, help="seconds between readings (default %(default)s)")
+    pl.add_argument("--product", choices=["per-t", "hourly", "daily"], default="per-t",
+                    help="what is published: every period, or each device's hourly or daily average")
+    pl.add_argument("--eps-day", type=float, required=True, help="privacy budget per device per day")
+    pl.add_argument("--data", help="REFIT files for the readings' distribution (default: the bundled day)")
+    pl.set_defaults(func=cmd_plan)
+
+    sk = sub.add_parser("secagg-keys", help="make a secure-aggregation deployment's keys",
+                        description="Write verify.key (both aggregators), helper.key (the fusion center only) and "
+                                    "helper.pub into DIR, and print the key id and public key every device pins.")
+    sk.add_argument("--out", required=True, help="directory for the key files (never overwritten)")
+    sk.set_defaults(func=cmd_secagg_keys)
 
     ac = sub.add_parser("acl", help="print the Mosquitto ACL for every fog's regions and devices",
                         description="Print one Mosquitto ACL for a whole deployment: a user fog-<name> per fog "

@@ -47,6 +47,8 @@ def simulate_estimates(x: np.ndarray, eps: float, cal: Calibration, *, k_min: in
     """Per-timestamp estimates (and their interval bounds, key + "_lo"/"_hi")
     from the reports of readings x (devices x t, NaN = no report), drawn by the
     mechanism's device randomizer and estimated as the fusion center does."""
+    if mechanism_name == "prio3":
+        return simulate_secure(x, eps, cal, k_min=k_min, seed=seed, level=level)
     rng = np.random.default_rng(seed)
     setting = Setting.of(cal)
     r = mechanism(mechanism_name).randomizer(setting, RandomBits(read=seeded_bytes(rng) if seed is not None else None))
@@ -68,6 +70,42 @@ def simulate_estimates(x: np.ndarray, eps: float, cal: Calibration, *, k_min: in
     return out
 
 
+def simulate_secure(x: np.ndarray, eps: float, cal: Calibration, *, k_min: int = 10, seed: int | None = None,
+                    level: float = 0.95) -> dict[str, np.ndarray]:
+    """simulate_estimates for secure aggregation (Prio3 Sum): each timestamp's
+    exact sum of quantized readings plus the two aggregators' discrete Laplace
+    draws (scale Delta / eps each), estimated as the fusion center does
+    (rase_common.mechanisms.prio3). Sharding and verification change nothing
+    in the published value and are not run here; `rase replay --mechanism
+    prio3` runs them."""
+    from rase_common.mechanisms.prio3 import estimate_total, noise_law, simulate_total
+
+    rng = np.random.default_rng(seed)
+    setting = Setting.of(cal)
+    law = noise_law(cal.grid_max, eps, 2)
+    n_t = x.shape[1]
+    out = {k + sfx: np.full(n_t, np.nan) for k in ESTIMATORS for sfx in ("", "_lo", "_hi")}
+    out["n"] = np.zeros(n_t, dtype=int)
+    out["clip_truth"] = np.full(n_t, np.nan)
+    for j in range(n_t):
+        col = x[:, j][~np.isnan(x[:, j])]
+        if col.size < k_min:
+            continue
+        e = estimate_total("sum", simulate_total("sum", col, setting, law, rng), col.size, law, setting,
+                           level).named["mean"]
+        out["mean"][j], out["mean_lo"][j], out["mean_hi"][j] = e.value, e.lo, e.hi
+        out["n"][j] = col.size
+        out["clip_truth"][j] = float(np.clip(col, cal.x_min, cal.x_max).mean())
+    return out
+
+
+def central_floor_mae(n: np.ndarray, eps: float, cal: Calibration) -> float:
+    """Delta / (n eps) averaged over timestamps: the MAE of the mean with one
+    full discrete Laplace draw (the central floor; two draws cost 1.5x it)."""
+    n = n[n > 0]
+    return float(np.mean((cal.x_max - cal.x_min) / (n * eps)))
+
+
 def laplace_floor_mae(n: np.ndarray, eps: float, cal: Calibration) -> float:
     """MAE of the mean of n unclamped Laplace reports, sqrt(2/pi) sqrt(2) lambda / sqrt(n),
     averaged over timestamps: what BR's noise alone costs."""
@@ -84,6 +122,8 @@ def mechanism_floor_mae(x: np.ndarray, eps: float, mechanism_name: str, x_min: f
     (for BR below eps_star, the variance of the clamp-corrected reports)."""
     mech = mechanism(mechanism_name)
     setting = Setting(x_min=x_min, x_max=x_max, gamma=gamma)
+    if mechanism_name == "prio3":     # the two noise draws' exact E|Z| over n
+        return _secure_floor((~np.isnan(x)).sum(axis=0), eps, setting.calibration)
     out = []
     for j in range(x.shape[1]):
         col = x[:, j][~np.isnan(x[:, j])]
@@ -165,6 +205,7 @@ def utility_from_simulation(data_dir: Path, houses: list[int], eps_list, *, hour
         # Clipping to [x_min, x_max] is a bias no estimator removes: shown beside the errors.
         ok = ~np.isnan(est["clip_truth"]) & ~np.isnan(true_mean)
         table[eps]["floors"] = {"laplace_mae": laplace_floor_mae(est["n"], eps, cal),
+                                "central_mae": central_floor_mae(est["n"], eps, cal),
                                 "duchi_mae": duchi_floor_mae(x, eps, cal), "mechanism": mechanism_name,
                                 "mechanism_mae": mechanism_floor_mae(x, eps, mechanism_name, cal.x_min, cal.x_max,
                                                                      cal.gamma),
@@ -175,38 +216,85 @@ def utility_from_simulation(data_dir: Path, houses: list[int], eps_list, *, hour
 
 
 def utility_from_replays(data_dir: Path, paths: list[Path], windows_w: tuple[int, ...] = (64,)) -> UtilityResult:
-    """Errors of `rase replay` outputs against the truth from the CSVs."""
+    """Errors of `rase replay` outputs against the truth from the CSVs (one eps each)."""
     table, eps_list, n_dev, n_ts = {}, [], 0, 0
     for p in paths:
-        lines = Path(p).read_text().splitlines()
-        params = json.loads(lines[0])["params"]
-        rows = [json.loads(line) for line in lines[1:]]
-        hs = [load_house(data_dir, h) for h in params["houses"]]
-        devices = fleet(hs, params["clone"], 3600.0)
-        t0, n_t = params["t_start"], params["timestamps"]
-        true_mean, _ = truth(devices, params["epoch0"], params["period_s"], t0, n_t)
-        est = {k + sfx: np.full(n_t, np.nan) for k in ESTIMATORS for sfx in ("", "_lo", "_hi")}
-        for r in rows:
-            for k in ESTIMATORS:
-                if k in r["estimates"]:
-                    e = r["estimates"][k]
-                    est[k][r["t"] - t0] = e["value"]
-                    est[k + "_lo"][r["t"] - t0], est[k + "_hi"][r["t"] - t0] = e["ci"]
-        table[params["eps"]] = errors(est, true_mean, windows_w)
-        mech = params.get("device_mechanism", "br")
-        x = readings_matrix(devices, params["epoch0"], params["period_s"], t0, n_t)
-        table[params["eps"]]["floors"] = {
-            "laplace_mae": laplace_floor_mae((~np.isnan(x)).sum(axis=0), params["eps"], Calibration(
-                x_min=params["x_min"], x_max=params["x_max"], gamma=params["gamma"])),
-            "duchi_mae": duchi_floor_mae(x, params["eps"], Calibration(x_min=params["x_min"], x_max=params["x_max"],
-                                                                      gamma=params["gamma"])),
-            "mechanism": mech,
-            "mechanism_mae": mechanism_floor_mae(x, params["eps"], mech, params["x_min"], params["x_max"],
-                                                 params["gamma"]),
-            "clip_bias": 0.0}
+        params, row, n_t = score_replay(data_dir, Path(p), windows_w)
+        table[params["eps"]] = row
         eps_list.append(params["eps"])
         n_dev, n_ts = params["devices"], n_t
     return UtilityResult(eps_list, table, n_dev, n_ts, "replay")
+
+
+def score_replay(data_dir: Path, path: Path, windows_w: tuple[int, ...] = (64,)) -> tuple[dict, dict, int]:
+    """(the replay's parameters, its errors and floors, timestamps scored)."""
+    lines = Path(path).read_text().splitlines()
+    params = json.loads(lines[0])["params"]
+    rows = [json.loads(line) for line in lines[1:]]
+    devices = fleet([load_house(data_dir, h) for h in params["houses"]], params["clone"], 3600.0)
+    t0, n_t = params["t_start"], params["timestamps"]
+    product = params.get("prio3", {}).get("product", "per-t")
+    if product != "per-t":            # rows are hours (or days): the truth is the mean of the devices' averages
+        true_mean, t0 = product_truth(devices, params, product)
+        n_t = len(true_mean)
+    else:
+        true_mean, _ = truth(devices, params["epoch0"], params["period_s"], t0, n_t)
+    est = {k + sfx: np.full(n_t, np.nan) for k in ESTIMATORS for sfx in ("", "_lo", "_hi")}
+    for r in rows:
+        if not 0 <= r["t"] - t0 < n_t:
+            continue
+        for k in ESTIMATORS:
+            if k in r["estimates"]:
+                e = r["estimates"][k]
+                est[k][r["t"] - t0] = e["value"]
+                est[k + "_lo"][r["t"] - t0], est[k + "_hi"][r["t"] - t0] = e["ci"]
+    row = errors(est, true_mean, windows_w)
+    mech, eps, cal = params.get("device_mechanism", "br"), params["eps"], _cal(params)
+    if product != "per-t":
+        n = np.array([r["n"] for r in rows], dtype=float)
+        row["floors"] = {"central_mae": central_floor_mae(n, eps, cal), "mechanism": mech, "product": product,
+                         "mechanism_mae": _secure_floor(n, eps, cal)}
+        return params, row, n_t
+    x = readings_matrix(devices, params["epoch0"], params["period_s"], t0, n_t)
+    n = (~np.isnan(x)).sum(axis=0)
+    row["floors"] = {"central_mae": central_floor_mae(n, eps, cal), "laplace_mae": laplace_floor_mae(n, eps, cal),
+                     "duchi_mae": duchi_floor_mae(x, eps, cal), "mechanism": mech,
+                     "mechanism_mae": mechanism_floor_mae(x, eps, mech, cal.x_min, cal.x_max, cal.gamma),
+                     "clip_bias": 0.0}
+    return params, row, n_t
+
+
+def _secure_floor(n: np.ndarray, eps: float, cal: Calibration) -> float:
+    from rase_common.mechanisms.prio3 import noise_law
+
+    noise = noise_law(cal.grid_max, eps, 2).mean_abs() * cal.gamma
+    return float(np.mean(noise / n[n > 0]))
+
+
+def _cal(params: dict) -> Calibration:
+    return Calibration(x_min=params["x_min"], x_max=params["x_max"], gamma=params["gamma"])
+
+
+def product_truth(devices: list[Device], params: dict, product: str) -> tuple[np.ndarray, int]:
+    """(true value per product t, the first product t) of an hourly or daily
+    replay: per product period, the mean over the devices of each one's
+    rounded mean of its quantized readings (what its one report holds)."""
+    from rase_common.mechanisms.prio3 import measurements
+
+    span = {"hourly": 3600.0, "daily": 86400.0}[product]
+    period, t0, n_t = params["period_s"], params["t_start"], params["timestamps"]
+    x = readings_matrix(devices, params["epoch0"], period, t0, n_t)
+    cal = _cal(params)
+    q = np.where(np.isnan(x), np.nan, measurements("sum", np.nan_to_num(x), Setting.of(cal)).astype(float))
+    hour = ((np.arange(t0, t0 + n_t) * period) // span).astype(int)
+    first = int(hour[0])
+    out = []
+    for h in range(first, int(hour[-1]) + 1):
+        block = q[:, hour == h]
+        with np.errstate(invalid="ignore"):
+            means = np.floor(np.nanmean(block, axis=1) + 0.5)
+        out.append(cal.x_min + cal.gamma * float(np.nanmean(means)) if np.isfinite(means).any() else np.nan)
+    return np.array(out), first
 
 
 def plot_utility(res: UtilityResult, windows_w: tuple[int, ...], path: Path) -> None:
@@ -414,3 +502,74 @@ def plot_kinds(rows: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# --- Local DP against secure aggregation, with the plan's predictions (issue 20) ------------
+
+def compare_simulated(data_dir: Path, houses: list[int], mechanisms: list[str], eps_list, *, hours: float,
+                      clone: int = 1, seed: int | None = None, period_s: float = 8.0, progress=None) -> list[dict]:
+    """The mean's MAE, bias and coverage per mechanism and eps on the same readings:
+    local mechanisms by their registry's exact vectorised sampler and estimator,
+    "prio3" by its exact sum plus both aggregators' noise (simulate_secure)."""
+    from simulators.plan import plan_prediction
+
+    hs = [load_house(data_dir, h) for h in houses]
+    epoch0 = epoch0_of(hs, period_s)
+    n_t = int(hours * 3600 // period_s)
+    devices = fleet(hs, clone, 3600.0)
+    x = readings_matrix(devices, epoch0, period_s, 0, n_t)
+    true_mean, _ = truth(devices, epoch0, period_s, 0, n_t)
+    cal = Calibration()
+    rows = []
+    for i, name in enumerate(mechanisms):
+        for j, eps in enumerate(eps_list):
+            s = None if seed is None else seed * 1000 + 100 * i + j
+            est = simulate_secure(x, eps, cal, seed=s) if name == "prio3" else _simulate_mean(x, eps, cal, name, s)
+            row = errors(est, true_mean, ())["mean"]
+            n = est["n"][est["n"] > 0]
+            rows.append({"mechanism": name, "devices": len(devices), "eps": eps, "mae": row["mae"],
+                         "bias": row["bias"], "bias_se": float(np.nanstd(est["mean"] - true_mean) / math.sqrt(n.size)),
+                         "coverage": row["coverage"], "timestamps": row["timestamps"],
+                         "plan_mae": plan_prediction(name, eps, len(devices), data_dir=data_dir, period_s=period_s),
+                         "floor_mae": mechanism_floor_mae(x, eps, name, cal.x_min, cal.x_max, cal.gamma),
+                         "central_floor": central_floor_mae(n, eps, cal), "source": "simulation"})
+            if progress:
+                progress(name, eps)
+    return rows
+
+
+def _simulate_mean(x: np.ndarray, eps: float, cal: Calibration, name: str, seed: int | None,
+                   k_min: int = 10, level: float = 0.95) -> dict[str, np.ndarray]:
+    """simulate_estimates' mean alone, reports drawn by the registry's vectorised sampler
+    (tested against the device randomizer: tests/unit/rase_common/test_mechanism_registry.py)."""
+    rng = np.random.default_rng(seed)
+    mech, setting = mechanism(name), Setting.of(cal)
+    n_t = x.shape[1]
+    out = {k + sfx: np.full(n_t, np.nan) for k in ESTIMATORS for sfx in ("", "_lo", "_hi")}
+    out["n"] = np.zeros(n_t, dtype=int)
+    for j in range(n_t):
+        col = x[:, j][~np.isnan(x[:, j])]
+        if col.size < k_min:
+            continue
+        e = mech.estimate({eps: mech.sample(setting, eps, col, rng)}, setting, level).named["mean"]
+        out["mean"][j], out["mean_lo"][j], out["mean_hi"][j] = e.value, e.lo, e.hi
+        out["n"][j] = col.size
+    return out
+
+
+def compare_replays(data_dir: Path, paths: list[Path]) -> list[dict]:
+    """compare_simulated's rows for `rase replay` outputs (each replay one mechanism and eps)."""
+    from simulators.plan import plan_prediction
+
+    rows = []
+    for p in paths:
+        params, row, _ = score_replay(data_dir, p, ())
+        mech, m, fl = params.get("device_mechanism", "br"), row["mean"], row["floors"]
+        product = params.get("prio3", {}).get("product", "per-t")
+        rows.append({"mechanism": mech + ("" if product == "per-t" else f" {product}"), "devices": params["devices"],
+                     "eps": params["eps"], "mae": m["mae"], "bias": m["bias"], "coverage": m["coverage"],
+                     "timestamps": m["timestamps"], "floor_mae": fl["mechanism_mae"],
+                     "central_floor": fl["central_mae"], "source": str(p),
+                     "plan_mae": plan_prediction(mech, params["eps"], params["devices"], data_dir=data_dir,
+                                                 period_s=params["period_s"], product=product)})
+    return rows

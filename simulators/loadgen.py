@@ -55,16 +55,28 @@ def connect(port: int, cid: str) -> socket.socket:
     return sock
 
 
-def publish_all(port: int, cid: str, messages: list[tuple[str, str]], start_at: float) -> None:
+def publish_all(port: int, cid: str, messages, start_at, pace: tuple[int, float] | None = None) -> None:
     """A load generator, not a device: MQTT 3.1.1 over a plain socket, every
     PUBLISH (QoS 1) encoded before the start, sent in large writes, with at
     most INFLIGHT unacknowledged; returns when the broker has acked them all.
     A paho publisher spends ~50 us of Python per message, so three of them
     could not load Mosquitto beyond ~8,000 msg/s on two cores; this one leaves
-    the cores to the broker and the services under test."""
+    the cores to the broker and the services under test.
+
+    messages: (topic, payload) pairs, or a callable making them in this
+    process (prio3 reports are dear to make). start_at: a Unix time, or a
+    barrier every load generator waits at once its messages are made. pace:
+    (messages per window, seconds): window k's messages leave k x seconds
+    after the start."""
+    if callable(messages):
+        messages = messages()
     packets = [publish_packet(t, p, 1 + i % 65535) for i, (t, p) in enumerate(messages)]
-    chunks = [b"".join(packets[i:i + CHUNK]) for i in range(0, len(packets), CHUNK)]
-    sizes = [min(CHUNK, len(packets) - i) for i in range(0, len(packets), CHUNK)]
+    per_window, pace_s = pace or (len(packets) or 1, 0.0)
+    starts = [i for w in range(0, len(packets), per_window) for i in range(w, min(w + per_window, len(packets)),
+                                                                             CHUNK)]
+    chunks = [b"".join(packets[i:min(i + CHUNK, (i // per_window + 1) * per_window)]) for i in starts]
+    sizes = [min(CHUNK, (i // per_window + 1) * per_window - i, len(packets) - i) for i in starts]
+    due = [(i // per_window) * pace_s for i in starts]
     sock = connect(port, cid)
     acks = [0]
     cond = threading.Condition()
@@ -87,10 +99,16 @@ def publish_all(port: int, cid: str, messages: list[tuple[str, str]], start_at: 
 
     reader = threading.Thread(target=read_acks, daemon=True)
     reader.start()
-    while time.time() < start_at:
-        time.sleep(0.001)
+    if isinstance(start_at, (int, float)):
+        while time.time() < start_at:
+            time.sleep(0.001)
+    else:
+        start_at.wait()
+    began = time.time()
     sent = 0
-    for chunk, k in zip(chunks, sizes):
+    for chunk, k, at in zip(chunks, sizes, due):
+        while time.time() < began + at:
+            time.sleep(0.001)
         with cond:
             if not cond.wait_for(lambda: sent + k - acks[0] <= INFLIGHT or len(acks) > 1, timeout=60) \
                     or len(acks) > 1:

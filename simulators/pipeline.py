@@ -35,6 +35,7 @@ from fusion_center.store import AggregateStore
 from rase_common.clock import ManualClock, ScaledClock, SharedManualClock
 from rase_common.mqtt import BrokerConfig
 from simulators.embedded_broker import EmbeddedBroker
+from simulators.secagg import Prio3Setup
 from simulators.fleet import FleetGate, as_replay_child, run_fleet
 from simulators.refit import DEFAULT_MAX_HOLD_S, House, RefitColumnSource, epoch0_of, grid_readings, load_house
 
@@ -70,6 +71,11 @@ class PipelineSpec:
     on_above: float = DEFAULT_ON_ABOVE   # binary: an appliance above this many W is on
     bands: list[float] = field(default_factory=lambda: list(DEFAULT_BANDS))   # categorical: band edges in W
     central_eps: float | None = None     # binary: a central (eps, 1e-6) target over all devices (uniform shuffle)
+    # device_mechanism "prio3" (secure aggregation): the report kind, the product, and central noise
+    # (off only for exactness tests); eps is then each release's dp_eps.
+    prio3_kind: str = "sum"
+    product: str = "per-t"
+    central_noise: bool = True
 
 
 @dataclass
@@ -331,9 +337,10 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
     start = epoch0 + t0 * spec.period_s
     clock = (SharedManualClock(mp.get_context("spawn").Value("d", start, lock=False)) if spec.speedup is None
              else ScaledClock(start, spec.speedup))
+    secure = Prio3Setup.of(spec, work) if spec.device_mechanism == "prio3" else None
     precision = ControlMessage(x_min=spec.x_min, x_max=spec.x_max, gamma=spec.gamma, period_s=spec.period_s,
                                  mechanism=spec.device_mechanism, on_above=spec.on_above, bands=spec.bands,
-                                 epoch0=epoch0, eps_levels=[spec.eps])
+                                 epoch0=epoch0, eps_levels=[spec.eps], prio3=secure.params if secure else None)
     params = {"period_s": spec.period_s, "epoch0": epoch0, "t_start": t0, "timestamps": n_t,
               "houses": spec.houses, "devices": len(devices), "clone": spec.clone, "eps": spec.eps,
               "x_min": spec.x_min, "x_max": spec.x_max, "gamma": spec.gamma, "k_min": spec.k_min,
@@ -342,6 +349,8 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
               "bootstrap_b": spec.bootstrap_b, "windows_w": spec.windows_w,
               "lateness_periods": spec.lateness_periods,
               "device_mechanism": spec.device_mechanism, "on_above": spec.on_above, "bands": spec.bands}
+    if secure is not None:
+        params["prio3"] = secure.summary()
     params["broker"] = broker_label
     b = broker.model_dump()
     region = {"refit_houses": spec.houses, "refit_clones": spec.clone}
@@ -356,14 +365,16 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
                                     # default since issue 12 is alpha 2, delta_max_factor 20)
                                     shuffler={"alpha": spec.alpha, "group_size": spec.group_size,
                                               "delta_max_factor": 10.0, "shuffle_mode": spec.shuffle_mode},
-                                    central_target=None if spec.central_eps is None else {"eps": spec.central_eps}),
+                                    central_target=None if spec.central_eps is None else {"eps": spec.central_eps},
+                                    **(secure.fog_settings() if secure else {})),
                      clock=clock)
     fusion_cfg = FusionConfig.load(None, name=f"pipeline{id(spec) % 10000}", regions=["r1"],
                                    merge_deadline_s=spec.period_s * 4, bootstrap_b=spec.bootstrap_b,
                                    windows_w=spec.windows_w, store_path=work / "fusion.sqlite",
                                    tick_s=0.005, precision=precision.model_dump(), broker=b,
                                    central_target=None if spec.central_eps is None else
-                                   {"eps": spec.central_eps, "devices": len(devices)})
+                                   {"eps": spec.central_eps, "devices": len(devices)},
+                                   **(secure.fusion_settings() if secure else {}))
     # --fast: the fusion center runs in a process of its own, on the driver's shared clock.
     fusion = (FusionProcess(fusion_cfg, clock) if isinstance(clock, SharedManualClock)
               else InProcessFusion(FusionService(fusion_cfg, clock=clock)))
@@ -376,7 +387,8 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
             cfgs.append(AgentConfig.load(None, device=d.id, region="r1", eps=spec.eps, period_s=spec.period_s,
                                          epoch0=epoch0, budget_eps=1e9, ledger_path=work / "ledgers" / f"{d.id}.json",
                                          # Simulated devices: one ledger write per 1000 reports, not per report.
-                                         ledger_reserve_reports=1000, outbox_capacity=100_000, broker=b))
+                                         ledger_reserve_reports=1000, outbox_capacity=100_000, broker=b,
+                                         **(secure.agent_settings() if secure else {})))
             (work / "ledgers" / f"{d.id}.json").unlink(missing_ok=True)
         taken = lambda: fog.reports_taken  # noqa: E731
         if spec.speedup is None:
@@ -387,16 +399,18 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
             reports = await _drive_scaled(spec, agents, clock, epoch0, t0, n_t, fusion.stored)
         if not await _wait(lambda: taken() >= reports, 30):
             log.warning("the fog took %d of %d reports within 30 s; the rest will count as late", taken(), reports)
-        # Let the last windows close (lateness) and the fusion center catch up.
-        flush_to = epoch0 + (t0 + n_t + spec.lateness_periods + 2) * spec.period_s
+        # Let the last windows close (lateness, in windows: an hour each for the hourly product)
+        # and the fusion center catch up.
+        window_s = secure.params.window_period_s(spec.period_s) if secure else spec.period_s
+        flush_to = epoch0 + (t0 + n_t) * spec.period_s + (spec.lateness_periods + 2) * window_s
         if isinstance(clock, ManualClock):
             clock.set(flush_to)
             fog.wakeup.set()
             fusion.wake()
         else:
             await asyncio.sleep(max(0.0, (flush_to - clock.now()) / spec.speedup))
-        if not await _wait(lambda: not fog.windows.open and not fog.journal.unsent()
-                           and fusion.caught_up(fog.windows_sent), 30):
+        if not await _wait(lambda: not fog.windows.open and not fog.journal.unsent() and _leader_idle(fog)
+                           and fusion.caught_up(fog.windows_sent + _leader_finished(fog)), 60):
             log.warning("after 30 s the fusion center has stored %d aggregates of the %d windows the fog sent "
                         "(windows it quarantined, e.g. estimate_failed, have none); %d windows still open at the fog",
                         fusion.stored(), fog.windows_sent, len(fog.windows.open))
@@ -412,6 +426,15 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
     return PipelineResult(params, aggregates, devices, reports, fog_stats, time.monotonic() - started)
 
 
+def _leader_idle(fog: FogService) -> bool:
+    """A prio3 fog has no window waiting for the helper and nothing left to send."""
+    return fog.leader is None or not (fog.leader.journal.waiting() or fog.leader.journal.unsent())
+
+
+def _leader_finished(fog: FogService) -> int:
+    return 0 if fog.leader is None else fog.leader.finished
+
+
 def write_jsonl(result: PipelineResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
@@ -419,4 +442,5 @@ def write_jsonl(result: PipelineResult, path: Path) -> None:
         for a in result.aggregates:
             f.write(json.dumps({"t": a["t"], "n": a["n"], "estimates": a["estimates"], "clamped": a["clamped"],
                                 "share_at_bound": a["share_at_bound"], "windowed": a["windowed"],
-                                "frequencies": a.get("frequencies", [])}) + "\n")
+                                "frequencies": a.get("frequencies", []),
+                                **({"prio3": a["prio3"]} if a.get("prio3") else {})}) + "\n")

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from edge_agent.mechanisms import DEFAULT_MECHANISM
+from rase_common.protocol.prio3 import Prio3Summary
 
 
 class EstimateOut(BaseModel):
@@ -106,3 +107,5 @@ class Aggregate(BaseModel):
     period_s: float | None = None
     privacy_unit: PrivacyUnit | None = None
     clipping: Clipping | None = None
+    # Secure aggregation (mechanism "prio3"): accepted and rejected reports, the noise, wall-clock time, privacy unit.
+    prio3: Prio3Summary | None = None

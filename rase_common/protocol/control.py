@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edge_agent.mechanisms import DEFAULT_MECHANISM, MECHANISMS, check_mechanism
+from edge_agent.mechanisms import ALL_MECHANISMS, DEFAULT_MECHANISM, check_mechanism
+from rase_common.protocol.prio3 import Prio3Params
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from edge_agent.policy import LocalPolicy
 from edge_agent.randomizer import Calibration, check_finite
@@ -35,16 +36,23 @@ class ControlMessage(BaseModel):
     previous_epoch0: float | None = None
     eps_levels: list[float] = [1.0]
     # The device mechanism of the whole deployment (edge_agent.mechanisms):
-    # "br" = the paper's BR (default), "duchi", "piecewise", "hybrid" for the
+    # "duchi" (the default), "br" (the paper's BR), "piecewise", "hybrid" for the
     # mean; "binary" (on when the reading > on_above; randomized response) and
     # "categorical" (the reading's band among the `bands` edges; kRR or OUE).
     mechanism: str = DEFAULT_MECHANISM
     on_above: float = DEFAULT_ON_ABOVE
     bands: list[float] = list(DEFAULT_BANDS)
+    # mechanism "prio3" (secure aggregation, docs/privacy.md): the report kind, the
+    # product, eps per release and the key id of the helper key devices pinned.
+    prio3: Prio3Params | None = None
 
     @model_validator(mode="after")
     def _valid(self) -> "ControlMessage":
-        self.calibration()  # the device's own rules, so both sides agree
+        cal = self.calibration()  # the device's own rules, so both sides agree
+        if (self.mechanism == "prio3") != (self.prio3 is not None):
+            raise ValueError("prio3 is set exactly when mechanism is \"prio3\"")
+        if self.prio3 is not None:
+            _check_prio3(self, cal.grid_max)
         check_mechanism(self.mechanism)
         check_finite("on_above", self.on_above)
         check_bands(list(self.bands))
@@ -99,7 +107,12 @@ class ControlPolicy(BaseModel):
     gamma_max: float = Field(1e9, gt=0)
     eps_min: float = Field(0.0, ge=0)
     eps_max: float = Field(1e9, gt=0)
-    mechanisms: list[str] = list(MECHANISMS)
+    mechanisms: list[str] = list(ALL_MECHANISMS)
+    # Secure aggregation (mechanism "prio3"): the fusion center's HPKE public key
+    # (64 hex digits) and its key id, pinned when the device is flashed (`rase
+    # secagg-keys` makes them). A control message can name a key id, never a key.
+    prio3_key_id: str | None = Field(None, min_length=1, max_length=64)
+    prio3_public_key: str | None = None
 
     def resolved(self, period_s: float) -> dict:
         d = self.model_dump()
@@ -114,3 +127,15 @@ class ControlPolicy(BaseModel):
     def _valid(self) -> "ControlPolicy":
         self.build(self.period_min_s or 1.0)
         return self
+
+
+def _check_prio3(msg: ControlMessage, grid_steps: int) -> None:
+    """The same rules as the device's parser (edge_agent.wire.parse_control) and Prio3Client."""
+    p = msg.prio3
+    if msg.eps_levels != [p.dp_eps]:
+        raise ValueError(f"eps_levels must be [prio3.dp_eps] = [{p.dp_eps}] when mechanism is prio3")
+    if p.kind == "sum" and p.max_measurement != grid_steps:
+        raise ValueError(f"prio3.max_measurement must be the grid's {grid_steps} steps (x_max - x_min) / gamma, "
+                         f"got {p.max_measurement}")
+    if p.kind == "histogram" and p.buckets != len(msg.bands) + 1:
+        raise ValueError(f"prio3.buckets must be len(bands) + 1 = {len(msg.bands) + 1}, got {p.buckets}")

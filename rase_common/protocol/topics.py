@@ -13,6 +13,11 @@ AGGREGATES_PREFIX = "rase/v1/aggregates/"
 AGGREGATES_FILTER = AGGREGATES_PREFIX + "#"
 AGGREGATE_LATEST_TOPIC = AGGREGATES_PREFIX + "latest"
 STATUS_FILTER = "rase/v1/status/+"
+# Secure aggregation (rase_common.protocol.prio3): the leader's batches and shares travel with the
+# windows (rase/v1/windows/{region}, Kafka rase.windows); the helper answers on these.
+PRIO3_VERIFY_PREFIX = "rase/v1/prio3/verify/"
+PRIO3_VERIFY_FILTER = PRIO3_VERIFY_PREFIX + "+"
+KAFKA_PRIO3_VERIFY_TOPIC = "rase.prio3.verify"
 
 
 def reports_filter(region: str) -> str:
@@ -22,6 +27,11 @@ def reports_filter(region: str) -> str:
 
 def windows_topic(region: str) -> str:
     return f"{WINDOWS_PREFIX}{region}"
+
+
+def prio3_verify_topic(region: str) -> str:
+    """Where the helper (fusion center) answers the leader (the fog of region)."""
+    return f"{PRIO3_VERIFY_PREFIX}{region}"
 
 
 def aggregate_topic(t: int) -> str:
@@ -40,4 +50,5 @@ def parse_report_topic(topic: str) -> tuple[str, str] | None:
 
 __all__ = ["CONTROL_TOPIC", "report_topic", "status_topic", "reports_filter", "windows_topic", "aggregate_topic",
            "parse_report_topic", "REPORTS_PREFIX", "WINDOWS_PREFIX", "WINDOWS_FILTER", "AGGREGATES_PREFIX",
-           "AGGREGATES_FILTER", "AGGREGATE_LATEST_TOPIC", "STATUS_FILTER"]
+           "AGGREGATES_FILTER", "AGGREGATE_LATEST_TOPIC", "STATUS_FILTER", "PRIO3_VERIFY_PREFIX", "PRIO3_VERIFY_FILTER",
+           "KAFKA_PRIO3_VERIFY_TOPIC", "prio3_verify_topic"]

@@ -28,12 +28,15 @@ def test_each_fog_and_device_gets_exactly_its_own_topics():
     acl = blocks(build_acl([FogUsers("a", {"r1": ["d1", "d2"]}), FogUsers("b", {"r2": ["d3"], "r3": ["d4"]})],
                            fusion="fusion-x", subscribers=["dash", "ha"]))
     assert acl["fog-a"] == ["topic read rase/v1/reports/r1/+", "topic read rase/v1/control/precision",
-                            "topic write rase/v1/windows/r1"]
+                            "topic write rase/v1/windows/r1", "topic read rase/v1/prio3/verify/r1"]
     assert acl["fog-b"] == ["topic read rase/v1/reports/r2/+", "topic read rase/v1/reports/r3/+",
                             "topic read rase/v1/control/precision", "topic write rase/v1/windows/r2",
-                            "topic write rase/v1/windows/r3"]
+                            "topic write rase/v1/windows/r3", "topic read rase/v1/prio3/verify/r2",
+                            "topic read rase/v1/prio3/verify/r3"]
     assert acl["fusion-x"][:3] == ["topic read rase/v1/windows/r1", "topic read rase/v1/windows/r2",
                                    "topic read rase/v1/windows/r3"]
+    # Secure aggregation: the helper answers each region's leader on that region's verify topic only.
+    assert acl["fusion-x"][-3:] == [f"topic write rase/v1/prio3/verify/{r}" for r in ("r1", "r2", "r3")]
     assert acl["d4"] == ["topic write rase/v1/reports/r3/d4", "topic write rase/v1/status/d4",
                          "topic read rase/v1/control/precision"]
     assert acl["dash"] == acl["ha"] == ["topic read rase/v1/aggregates/#", "topic read rase/v1/control/precision"]

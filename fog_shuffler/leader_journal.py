@@ -1,0 +1,168 @@
+"""The leader's durable state (secure aggregation, issue 20), in the fog's
+journal database (SQLite, WAL, synchronous=FULL), beside fog_shuffler.journal.
+
+- `prio3_reports`: accepted Prio3 reports of open windows, with the device
+  (the fog may know who reported; nothing leaves with it). A batch of them is
+  committed before the broker gets its acknowledgement.
+- `prio3_nonces`: nonces of accepted reports (a repeat is rejected at ingest).
+- `prio3_batch`: a closed window's reports in the order the leader shuffled
+  and fixed at close, WITHOUT the device: identities are stripped at close,
+  in the same transaction that marks the window closed.
+- `prio3_windows`: each closed window's step: `forwarded` (its batch is in the
+  outbox; waiting for the helper's verifier shares), `done` (the leader's
+  noisy aggregate share is in the outbox), `dropped` (with the reason).
+- `prio3_replies`: the helper's verifier-share parts, stored before they are
+  acknowledged.
+- `prio3_outbox`: the messages for the helper, stored before the first send,
+  so a restart resends the same bytes. In particular the leader's noise is
+  drawn once: its noisy share is stored in the transaction that forgets the
+  window's shares, and only ever resent.
+"""
+
+from __future__ import annotations
+
+from rase_common.sqlite import storage_errors
+
+SHARE_SEQ = 1 << 30   # the leader's share follows its batch parts (0, 1, ...) in the outbox
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS prio3_reports (region TEXT, t INTEGER, device TEXT, nonce BLOB, public BLOB, leader BLOB,
+                                          sealed BLOB, eps REAL, PRIMARY KEY (region, t, device));
+CREATE TABLE IF NOT EXISTS prio3_nonces (nonce BLOB PRIMARY KEY, region TEXT, t INTEGER, device TEXT);
+CREATE TABLE IF NOT EXISTS prio3_batch (region TEXT, t INTEGER, pos INTEGER, nonce BLOB, public BLOB, leader BLOB,
+                                        sealed BLOB, PRIMARY KEY (region, t, pos));
+CREATE TABLE IF NOT EXISTS prio3_windows (region TEXT, t INTEGER, state TEXT, params TEXT, total INTEGER,
+                                          forwarded_at REAL, reason TEXT, sent_at REAL, PRIMARY KEY (region, t));
+CREATE TABLE IF NOT EXISTS prio3_replies (region TEXT, t INTEGER, first INTEGER, payload TEXT,
+                                          PRIMARY KEY (region, t, first));
+CREATE TABLE IF NOT EXISTS prio3_outbox (region TEXT, t INTEGER, seq INTEGER, payload TEXT, sent INTEGER DEFAULT 0,
+                                         PRIMARY KEY (region, t, seq));
+"""
+
+ReportRow = tuple[str, int, str, bytes, bytes, bytes, bytes, float]   # region, t, device, nonce, pub, leader, sealed, eps
+
+
+class LeaderJournal:
+    def __init__(self, db):  # noqa: ANN001 - the fog journal's sqlite3 connection
+        self.db = db
+        with storage_errors("fog journal"):
+            db.executescript(SCHEMA)
+
+    # -- ingest ------------------------------------------------------------------
+    def add(self, reports: list[ReportRow], replies: list[tuple[str, int, int, str]]) -> None:
+        """One transaction: accepted reports (and their nonces) and helper replies."""
+        if not reports and not replies:
+            return
+        with storage_errors("fog journal"), self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR IGNORE INTO prio3_reports VALUES (?,?,?,?,?,?,?,?)", reports)
+            self.db.executemany("INSERT OR IGNORE INTO prio3_nonces VALUES (?,?,?,?)",
+                                [(r[3], r[0], r[1], r[2]) for r in reports])
+            self.db.executemany("INSERT OR IGNORE INTO prio3_replies VALUES (?,?,?,?)", replies)
+
+    def open_reports(self) -> list[tuple[str, int, str, float, float, str]]:
+        """The windows' view of the open reports (region, t, device, y, eps, mechanism)."""
+        with storage_errors("fog journal"):
+            rows = self.db.execute("SELECT region, t, device, eps FROM prio3_reports ORDER BY rowid").fetchall()
+        return [(r, t, d, 0.0, eps, "prio3") for r, t, d, eps in rows]
+
+    def nonces(self) -> dict[bytes, tuple[str, int, str]]:
+        with storage_errors("fog journal"):
+            return {bytes(n): (r, t, d) for n, r, t, d in self.db.execute("SELECT * FROM prio3_nonces")}
+
+    def reports_of(self, region: str, t: int, devices: list[str]) -> list[tuple[bytes, bytes, bytes, bytes]]:
+        """(nonce, public, leader, sealed) of the given devices' reports of a window, in that order."""
+        with storage_errors("fog journal"):
+            got = {d: (bytes(a), bytes(b), bytes(c), bytes(e)) for d, a, b, c, e in self.db.execute(
+                "SELECT device, nonce, public, leader, sealed FROM prio3_reports WHERE region=? AND t=?", (region, t))}
+        return [got[d] for d in devices]
+
+    # -- closing -----------------------------------------------------------------------
+    def close(self, region: str, t: int, batch: list[tuple[bytes, bytes, bytes, bytes]] | None, params: str,
+              messages: list[str], now: float, reason: str | None = None) -> None:
+        """Atomically: the window is closed (the fog's `closed` marker), its
+        reports lose their devices and become the ordered batch, and its
+        messages for the helper are queued; batch None: suppressed (reason)."""
+        with storage_errors("fog journal"), self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("INSERT OR IGNORE INTO closed VALUES (?,?,0)", (region, t))
+            self.db.execute("DELETE FROM prio3_reports WHERE region=? AND t=?", (region, t))
+            if batch is None:      # suppressed: whatever else the window held goes too (fog_shuffler.journal's rows)
+                self.db.execute("DELETE FROM reports WHERE region=? AND t=?", (region, t))
+                self.db.execute("DELETE FROM duplicates WHERE region=? AND t=?", (region, t))
+                return
+            self.db.executemany("INSERT OR IGNORE INTO prio3_batch VALUES (?,?,?,?,?,?,?)",
+                                [(region, t, i, *r) for i, r in enumerate(batch)])
+            self.db.execute("INSERT OR REPLACE INTO prio3_windows VALUES (?,?,?,?,?,?,?,?)",
+                            (region, t, "forwarded", params, len(batch), now, reason, now))
+            self.db.executemany("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
+                                [(region, t, i, m) for i, m in enumerate(messages)])
+
+    def has_reports(self, region: str, t: int) -> bool:
+        with storage_errors("fog journal"):
+            return self.db.execute("SELECT 1 FROM prio3_reports WHERE region=? AND t=? LIMIT 1",
+                                   (region, t)).fetchone() is not None
+
+    def batch(self, region: str, t: int) -> list[tuple[bytes, bytes, bytes, bytes]]:
+        with storage_errors("fog journal"):
+            return [(bytes(a), bytes(b), bytes(c), bytes(d)) for a, b, c, d in self.db.execute(
+                "SELECT nonce, public, leader, sealed FROM prio3_batch WHERE region=? AND t=? ORDER BY pos",
+                (region, t))]
+
+    # -- the exchange ------------------------------------------------------------------------
+    def waiting(self) -> list[tuple[str, int, str, int, float, float]]:
+        """Windows forwarded and not finished: (region, t, params, total, first forwarded, last sent)."""
+        with storage_errors("fog journal"):
+            return self.db.execute("SELECT region, t, params, total, forwarded_at, sent_at FROM prio3_windows "
+                                   "WHERE state='forwarded' ORDER BY t, region").fetchall()
+
+    def state(self, region: str, t: int) -> str | None:
+        with storage_errors("fog journal"):
+            row = self.db.execute("SELECT state FROM prio3_windows WHERE region=? AND t=?", (region, t)).fetchone()
+        return row[0] if row else None
+
+    def replies(self, region: str, t: int) -> list[str]:
+        with storage_errors("fog journal"):
+            return [p for (p,) in self.db.execute("SELECT payload FROM prio3_replies WHERE region=? AND t=? "
+                                                  "ORDER BY first", (region, t))]
+
+    def finish(self, region: str, t: int, message: str, state: str, reason: str | None = None) -> None:
+        """Atomically: the leader's last message (its noisy share, or why it
+        dropped the window) is queued, and the window's shares are forgotten."""
+        with storage_errors("fog journal"), self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("DELETE FROM prio3_batch WHERE region=? AND t=?", (region, t))
+            self.db.execute("DELETE FROM prio3_replies WHERE region=? AND t=?", (region, t))
+            self.db.execute("UPDATE prio3_windows SET state=?, reason=? WHERE region=? AND t=?",
+                            (state, reason, region, t))
+            self.db.execute("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
+                            (region, t, SHARE_SEQ, message))
+
+    def resend(self, region: str, t: int, now: float) -> None:
+        """The helper has not answered: queue the window's batch again."""
+        with storage_errors("fog journal"), self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("UPDATE prio3_outbox SET sent=0 WHERE region=? AND t=?", (region, t))
+            self.db.execute("UPDATE prio3_windows SET sent_at=? WHERE region=? AND t=?", (now, region, t))
+
+    def unsent(self) -> list[tuple[str, int, int, str]]:
+        with storage_errors("fog journal"):
+            return self.db.execute("SELECT region, t, seq, payload FROM prio3_outbox WHERE sent=0 "
+                                   "ORDER BY t, region, seq").fetchall()
+
+    def mark_sent(self, region: str, t: int, seq: int) -> None:
+        with storage_errors("fog journal"):
+            self.db.execute("UPDATE prio3_outbox SET sent=1 WHERE region=? AND t=? AND seq=?", (region, t, seq))
+
+    def prune(self, t_min: int) -> None:
+        """Forget nonces, finished windows and sent messages older than t_min."""
+        with storage_errors("fog journal"), self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("DELETE FROM prio3_nonces WHERE t < ?", (t_min,))
+            self.db.execute("DELETE FROM prio3_replies WHERE t < ? AND NOT EXISTS (SELECT 1 FROM prio3_windows w "
+                            "WHERE w.region=prio3_replies.region AND w.t=prio3_replies.t AND w.state='forwarded')",
+                            (t_min,))
+            self.db.execute("DELETE FROM prio3_windows WHERE t < ? AND state != 'forwarded'", (t_min,))
+            self.db.execute("DELETE FROM prio3_outbox WHERE sent=1 AND t < ? AND NOT EXISTS (SELECT 1 FROM "
+                            "prio3_windows w WHERE w.region=prio3_outbox.region AND w.t=prio3_outbox.t "
+                            "AND w.state='forwarded')", (t_min,))

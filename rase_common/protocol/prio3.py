@@ -1,0 +1,324 @@
+"""The messages of the secure-aggregation mode (issue 20; docs/privacy.md, "Secure aggregation").
+
+The fog is Prio3's leader and the fusion center its helper. Per window
+(region, t) they exchange three messages, every per-report field a
+concatenation of fixed-size byte strings in one base64 string, in the batch's
+order (which the leader shuffled and fixed when the window closed):
+
+1. Prio3Batch (leader -> helper, on the fog's usual sink: rase/v1/windows/{region}
+   or Kafka rase.windows), possibly in parts of consecutive reports: each
+   report's nonce, public share and sealed helper share, and the leader's
+   verifier share (none where the leader already rejected the report). No
+   device id, no arrival time, no leader share.
+2. Prio3Verify (helper -> leader, rase/v1/prio3/verify/{region} or Kafka
+   rase.prio3.verify), in parts too: the helper's verifier shares and the
+   reports it accepted.
+3. Prio3Share (leader -> helper, same channel as 1): the reports the leader
+   accepted, its aggregate share over the reports both accepted, with its
+   discrete Laplace noise already added, or why it dropped the window.
+
+The helper adds its own noise, unshards and publishes; an aggregate then
+carries a Prio3Summary. The control message's `prio3` object is Prio3Params.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import math
+from datetime import datetime, timezone
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+
+from edge_agent import wire
+from edge_agent.prio3 import NONCE_SIZE, Prio3
+from edge_agent.secagg import chunk_length, make_vdaf, product_period_s
+
+PRIO3_TYPES = ("prio3_batch", "prio3_verify", "prio3_share")
+MAX_REPORTS = 10_000_000
+# A part of a batch or of the helper's reply stays under this many raw bytes,
+# so that its JSON (base64: 4/3 of it) fits Kafka's default 1 MB record.
+MAX_PART_BYTES = 600_000
+SEAL_OVERHEAD = 32 + 16         # HPKE: the encapsulated key and ChaCha20-Poly1305's tag
+Region = Field(min_length=1, max_length=64, pattern=r"^[^/+#\s]+$")
+
+
+class Prio3Params(BaseModel):
+    """The control message's `prio3` object (parsed on the device by
+    edge_agent.wire.parse_prio3, tested against this model)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["sum", "count", "histogram"] = "sum"
+    product: Literal["per-t", "hourly", "daily"] = "per-t"
+    dp_eps: float = Field(1.0, gt=0, le=100)            # eps of each release (per timestamp of the product)
+    key_id: str = Field(min_length=1, max_length=64, pattern=r"^[^/+#\s]+$")   # the helper key devices pinned
+    max_measurement: int | None = Field(None, ge=1, lt=1 << 32)               # sum: grid steps of the range
+    buckets: int | None = Field(None, ge=2, le=wire.MAX_PRIO3_BUCKETS)        # histogram: len(bands) + 1
+    chunk_length: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "Prio3Params":
+        if (self.kind == "sum") != (self.max_measurement is not None):
+            raise ValueError("prio3.max_measurement is set exactly for kind sum")
+        if (self.kind == "histogram") != (self.buckets is not None and self.chunk_length is not None):
+            raise ValueError("prio3.buckets and prio3.chunk_length are set exactly for kind histogram")
+        if self.buckets is not None and self.chunk_length > self.buckets:
+            raise ValueError("prio3.chunk_length must be <= buckets")
+        if self.product != "per-t" and self.kind != "sum":
+            raise ValueError(f"prio3.product {self.product!r} averages readings: it needs kind sum")
+        return self
+
+    @classmethod
+    def for_deployment(cls, kind: str, *, key_id: str, dp_eps: float, grid_steps: int, bands: list[float],
+                       product: str = "per-t") -> "Prio3Params":
+        """The params of a kind on a deployment's grid (sum) or bands (histogram)."""
+        buckets = len(bands) + 1
+        return cls(kind=kind, product=product, dp_eps=dp_eps, key_id=key_id,
+                   max_measurement=grid_steps if kind == "sum" else None,
+                   buckets=buckets if kind == "histogram" else None,
+                   chunk_length=chunk_length(buckets) if kind == "histogram" else None)
+
+    def wire(self) -> dict:
+        return self.model_dump(exclude_none=True)
+
+    def vdaf(self) -> Prio3:
+        """The Prio3 instance (built once per distinct params: a Prio3 is never changed)."""
+        return _vdaf_of(self.kind, self.max_measurement, self.buckets, self.chunk_length)
+
+    @property
+    def sensitivity(self) -> int:
+        """How far one device's report moves the aggregate (L1, replacing one
+        report): the range in grid steps (sum), 1 (count), 2 (histogram: one
+        bucket loses a count, another gains one)."""
+        return {"sum": self.max_measurement or 0, "count": 1, "histogram": 2}[self.kind]
+
+    def window_period_s(self, period_s: float) -> float:
+        return float(product_period_s(self.product, period_s))
+
+    def report_sizes(self) -> tuple[int, int, int, int]:
+        """Bytes of (nonce, public share, leader share, sealed helper share)."""
+        v = self.vdaf()
+        return NONCE_SIZE, v.public_share_size(), v.input_share_size(0), v.input_share_size(1) + SEAL_OVERHEAD
+
+
+@functools.lru_cache(maxsize=64)
+def _vdaf_of(kind: str, max_measurement: int | None, buckets: int | None, chunk_length: int | None) -> Prio3:
+    return make_vdaf({"kind": kind, "max_measurement": max_measurement, "buckets": buckets,
+                      "chunk_length": chunk_length})
+
+
+# -- per-report byte strings and masks in one base64 string --------------------------------------
+
+def pack(items: list[bytes | None], size: int) -> str:
+    """Fixed-size byte strings, concatenated (zeros for None), as base64."""
+    zero = bytes(size)
+    return base64.b64encode(b"".join(zero if x is None else bytes(x) for x in items)).decode()
+
+
+def unpack(text: str, size: int, count: int, field: str) -> list[bytes]:
+    raw = b64(text, field)
+    if len(raw) != size * count:
+        raise ValueError(f"{field}: {len(raw)} bytes, expected {count} x {size}")
+    return [raw[i * size:(i + 1) * size] for i in range(count)]
+
+
+def pack_mask(mask) -> str:
+    return base64.b64encode(np.packbits(np.asarray(mask, dtype=bool)).tobytes()).decode()
+
+
+def unpack_mask(text: str, count: int, field: str) -> np.ndarray:
+    raw = b64(text, field)
+    if len(raw) != (count + 7) // 8:
+        raise ValueError(f"{field}: {len(raw)} bytes for {count} reports")
+    return np.unpackbits(np.frombuffer(raw, dtype=np.uint8), count=count).astype(bool)
+
+
+def b64(text: str, field: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{field} is not base64") from None
+
+
+def parts_of(total: int, per_report_bytes: int) -> list[tuple[int, int]]:
+    """(first, count) of each part of a batch of `total` reports."""
+    step = max(1, MAX_PART_BYTES // max(1, per_report_bytes))
+    return [(i, min(step, total - i)) for i in range(0, total, step)] or [(0, 0)]
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str                            # first on the wire: is_prio3_message looks at it
+    v: Literal[1] = 1
+    region: str = Region
+    t: StrictInt = Field(ge=0, lt=1 << 40)
+    total: StrictInt = Field(ge=0, le=MAX_REPORTS)     # reports in the whole batch
+    first: StrictInt = Field(0, ge=0)                  # this part covers reports first .. first + count - 1
+    count: StrictInt = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _within(self):
+        if self.first + self.count > self.total:
+            raise ValueError("a part must lie within its batch")
+        return self
+
+
+class Prio3Batch(_Part):
+    """Leader -> helper: the reports of one window (or a part of them)."""
+    type: Literal["prio3_batch"] = "prio3_batch"
+    params: Prio3Params
+    nonces: str
+    public_shares: str
+    sealed: str
+    leader_verifier_shares: str
+    leader_live: str                    # packed bits: the leader sent a verifier share for the report
+    ingest_rejected: StrictInt = Field(0, ge=0)   # reports the fog refused at ingest since its previous window
+
+    def columns(self, vdaf: Prio3) -> tuple[list[bytes], list[bytes], list[bytes], list[bytes | None]]:
+        """(nonces, public shares, sealed helper shares, leader verifier shares or None), validated."""
+        n = self.count
+        sizes = (NONCE_SIZE, vdaf.public_share_size(), vdaf.input_share_size(1) + SEAL_OVERHEAD)
+        nonces = unpack(self.nonces, sizes[0], n, "nonces")
+        pubs = unpack(self.public_shares, sizes[1], n, "public_shares")
+        sealed = unpack(self.sealed, sizes[2], n, "sealed")
+        live = unpack_mask(self.leader_live, n, "leader_live")
+        shares = unpack(self.leader_verifier_shares, vdaf.verifier_share_size(), n, "leader_verifier_shares")
+        return nonces, pubs, sealed, [s if ok else None for s, ok in zip(shares, live)]
+
+
+class Prio3Verify(_Part):
+    """Helper -> leader: the helper's verifier shares and what it accepted (a part)."""
+    type: Literal["prio3_verify"] = "prio3_verify"
+    helper_verifier_shares: str
+    helper_live: str
+    helper_accepted: str
+
+    def columns(self, vdaf: Prio3) -> tuple[list[bytes | None], np.ndarray]:
+        n = self.count
+        shares = unpack(self.helper_verifier_shares, vdaf.verifier_share_size(), n, "helper_verifier_shares")
+        live = unpack_mask(self.helper_live, n, "helper_live")
+        return [s if ok else None for s, ok in zip(shares, live)], unpack_mask(self.helper_accepted, n,
+                                                                               "helper_accepted")
+
+
+class Prio3Share(_Part):
+    """Leader -> helper: the leader's accepted mask and its noisy aggregate
+    share over the reports both accepted; or `dropped` with the reason (no share)."""
+    type: Literal["prio3_share"] = "prio3_share"
+    leader_accepted: str
+    accepted: StrictInt = Field(ge=0)                  # reports both accepted (what the share sums)
+    # sha256 of their nonces in batch order: both sides must agree on the set by nonce.
+    accepted_digest: str = Field("", max_length=64)
+    agg_share: str | None = None
+    dropped: str | None = Field(None, max_length=64)
+    # Reports the helper accepted but the leader rejected, by the leader's reason.
+    leader_rejected: dict[str, StrictInt] = {}
+    noise_draws: StrictInt = Field(1, ge=0, le=1)      # 0: the leader added none (a test-only setting)
+
+    @model_validator(mode="after")
+    def _share_or_reason(self) -> "Prio3Share":
+        if (self.agg_share is None) == (self.dropped is None):
+            raise ValueError("a prio3 share carries either agg_share or dropped")
+        if len(self.leader_rejected) > 16 or any(len(k) > 40 for k in self.leader_rejected):
+            raise ValueError("leader_rejected must be a small table of reasons")
+        return self
+
+
+def parse_leader_message(payload: bytes) -> Prio3Batch | Prio3Share:
+    """A leader -> helper message (ValueError or pydantic's ValidationError when it is not one)."""
+    head = payload[:40]
+    if b'"prio3_batch"' in head:
+        return Prio3Batch.model_validate_json(payload)
+    if b'"prio3_share"' in head:
+        return Prio3Share.model_validate_json(payload)
+    raise ValueError("not a prio3 leader message")
+
+
+def is_prio3_message(payload: bytes) -> bool:
+    """Whether a payload on the windows channel is a prio3 message (its type comes first)."""
+    return payload[:24].startswith(b'{"type":"prio3_')
+
+
+class Prio3Report(BaseModel):
+    """A device's Prio3 report on rase/v1/reports/{region}/{device} (the
+    device writes it with edge_agent.secagg.encode_report)."""
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    v: Literal[1]
+    t: StrictInt = Field(ge=0)
+    eps: float | StrictInt = Field(gt=0)
+    seq: StrictInt = Field(ge=0)
+    nonce: str = Field(max_length=64)
+    pub: str = Field(max_length=256)
+    leader: str = Field(max_length=16_384)
+    sealed: str = Field(max_length=1024)
+
+    @field_validator("eps")
+    @classmethod
+    def _finite(cls, v):
+        if not math.isfinite(v):
+            raise ValueError("eps must be finite")
+        return v
+
+    def shares(self, sizes: tuple[int, int, int, int]) -> tuple[bytes, bytes, bytes, bytes]:
+        """(nonce, public share, leader share, sealed helper share), each checked against sizes."""
+        out = []
+        for text, size, name in zip((self.nonce, self.pub, self.leader, self.sealed), sizes,
+                                    ("nonce", "pub", "leader", "sealed")):
+            raw = b64(text, name)
+            if len(raw) != size:
+                raise ValueError(f"{name} has {len(raw)} bytes, expected {size}")
+            out.append(raw)
+        return tuple(out)  # type: ignore[return-value]
+
+
+MAX_PRIO3_REPORT_BYTES = 24_576
+
+
+class WallClock(BaseModel):
+    """When an aggregate's timestamp t was, in Unix seconds and ISO 8601 UTC."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    t_start: float
+    t_end: float
+    t_start_iso: str
+    t_end_iso: str
+    period_s: float
+
+    @classmethod
+    def of(cls, t: int, epoch0: float, period_s: float) -> "WallClock":
+        start, end = epoch0 + t * period_s, epoch0 + (t + 1) * period_s
+        return cls(t_start=start, t_end=end, t_start_iso=_iso(start), t_end_iso=_iso(end), period_s=period_s)
+
+
+def _iso(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class Prio3Summary(BaseModel):
+    """What a secure aggregate says about itself (Aggregate.prio3)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: str
+    product: str
+    received: int                  # reports in the verified batches
+    accepted: int                  # reports both aggregators accepted (the aggregate's n)
+    rejected: dict[str, int]       # by reason: verification (either side) and "ingest" (refused at the fog)
+    dropped_regions: dict[str, str] = {}   # region -> why its window was not aggregated
+    total: float                   # the noisy sum (sum: in grid steps; count: devices on)
+    counts: list[float] = []       # histogram: the noisy count per bucket
+    noise: dict[str, float | int | str]   # distribution, scale per draw (grid steps), draws, off_for_tests
+    interval: str = "exact-noise"  # intervals are exact under the known noise distribution
+    wall_clock: WallClock
+    privacy: dict[str, float | str]
+
+
+def nonce_digest(nonces: list[bytes], mask) -> str:
+    """sha256 (hex) of the nonces of the reports in mask, in batch order: what
+    both aggregators compare before a window is published."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for nonce, keep in zip(nonces, mask):
+        if keep:
+            h.update(nonce)
+    return h.hexdigest()

@@ -1,0 +1,118 @@
+"""Crash safety of the secure-aggregation exchange (issue 20): `rase fog`
+(the leader) and `rase fusion` (the helper) as real processes on a real
+Mosquitto, each SIGKILLed at every step of the exchange:
+
+  fog:    after journaling reports (before the broker's ack), after forwarding
+          the batch, after journaling the helper's verifier shares, after
+          sending its aggregate share;
+  fusion: after storing the batch (before the ack), after sending its verifier
+          shares, after storing the leader's share, after storing the
+          aggregate (before publishing it).
+
+The kill is a real SIGKILL the process sends itself at that step
+(rase_common.failpoints, enabled by RASE_CRASH_AT only). One window goes
+through the fog's four kills, each restart armed with the next step (so
+every kill but the first strikes during a recovery), another through the
+fusion center's four. Each window's aggregate is then published with all its
+reports, exactly once in the total (noise is off through the test-only
+setting, so the total is exact), and a timestamp never gets two different
+aggregates."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.secagg_support import AckedPublisher, Deployment, wait, window_reports
+from tests.mqtt_helpers import Recorder
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = {"fog": ["leader_after_journal", "leader_after_forward", "leader_after_verify", "leader_after_share"],
+         "fusion": ["helper_after_journal", "helper_after_verify", "helper_after_share", "helper_after_aggregate"]}
+READY_LINE = {"fog": "fog subscribed", "fusion": "fusion subscribed"}
+
+
+class Party:
+    """`rase fog` or `rase fusion` as a process, restartable, with an optional crash point."""
+
+    def __init__(self, who: str, config: Path, log: Path):
+        self.who, self.config, self.log = who, config, log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, crash_at: str | None = None) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "RASE_CRASH_AT"}
+        if crash_at:
+            env["RASE_CRASH_AT"] = crash_at
+        seen = self.log.read_text().count(READY_LINE[self.who]) if self.log.exists() else 0
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "rase.cli", "--log-level", "INFO", self.who,
+                                          "--config", str(self.config)], stdout=out, stderr=subprocess.STDOUT,
+                                         cwd=ROOT, env=env)
+        assert wait(lambda: self.log.read_text().count(READY_LINE[self.who]) > seen or self.proc.poll() is not None,
+                    60), f"{self.who} did not start:\n{self.log.read_text()[-3000:]}"
+        assert self.proc.poll() is None, self.log.read_text()[-3000:]
+
+    def killed(self, timeout_s: float = 30) -> bool:
+        return wait(lambda: self.proc.poll() is not None, timeout_s) and self.proc.returncode == -signal.SIGKILL
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def test_a_sigkill_at_every_step_of_the_exchange_loses_no_report_and_counts_none_twice(own_mosquitto, tmp_path):
+    dep = Deployment(tmp_path)
+    port = own_mosquitto.port
+    parties = {"fog": Party("fog", dep.toml(dep.fog_settings(port), tmp_path / "fog.toml"), tmp_path / "fog.log"),
+               "fusion": Party("fusion", dep.toml(dep.fusion_settings(port), tmp_path / "fusion.toml"),
+                               tmp_path / "fusion.log")}
+    rec = Recorder(port, ["rase/v1/aggregates/t/#"], client_id="sa-crash-rec")
+    pub = AckedPublisher(port, "sa-crash-pub")
+    cores = dep.cores()
+    expected: dict[int, int] = {}
+    try:
+        parties["fusion"].start()
+        for k, (who, steps) in enumerate(STEPS.items()):
+            other = parties["fusion" if who == "fog" else "fog"]
+            if other.proc is None or other.proc.poll() is not None:
+                other.start()
+            parties[who].stop()
+            parties[who].start(crash_at=steps[0])
+            now = time.time()
+            t = int(now // dep.period_s)
+            readings = [float(1000 * k + 7 * i) for i in range(len(cores))]
+            for topic, payload in window_reports(dep, cores, readings, now):
+                pub.send(topic, payload)
+            expected[t] = sum(int(x) for x in readings)
+            for step, then in zip(steps, steps[1:] + [None]):
+                assert parties[who].killed(), f"{step}: {who} was not killed:\n{parties[who].log.read_text()[-3000:]}"
+                parties[who].start(crash_at=then)
+            assert rec.wait_for(lambda: any(m.topic.endswith(f"/{t}") for m in rec.messages), 60), (
+                f"{who}: no aggregate for t={t}\nfog:\n{parties['fog'].log.read_text()[-2500:]}\n"
+                f"fusion:\n{parties['fusion'].log.read_text()[-2500:]}")
+    finally:
+        pub.close()
+        for party in parties.values():
+            party.stop()
+        rec.close()
+    by_t: dict[int, set[str]] = {}
+    for m in rec.messages:
+        by_t.setdefault(int(m.topic.rsplit("/", 1)[1]), set()).add(m.payload.decode())
+    assert set(by_t) == set(expected)
+    for t, payloads in by_t.items():
+        assert len(payloads) == 1, f"t={t} was published with different contents"   # republished at most, same bytes
+        agg = json.loads(payloads.pop())
+        assert (agg["n"], agg["prio3"]["total"], agg["prio3"]["received"]) == (len(cores), expected[t], len(cores))
