@@ -152,6 +152,12 @@ class FaultFs:
 
 
 def _differing_bytes(a: bytes, b: bytes) -> int:
+    """Bytes that differ between two versions of a file (a size change counts
+    the bytes beyond the shorter one)."""
     common = min(len(a), len(b))
-    diff = sum(1 for i in range(0, common, SECTOR) if a[i:i + SECTOR] != b[i:i + SECTOR]) * SECTOR
-    return min(diff, common) + abs(len(a) - len(b))
+    diff = 0
+    for i in range(0, common, SECTOR):
+        x, y = a[i:i + SECTOR], b[i:i + SECTOR]
+        if x != y:
+            diff += sum(p != q for p, q in zip(x, y))
+    return diff + abs(len(a) - len(b))

@@ -69,21 +69,20 @@ class Framer:
     def feed(self, data: bytes) -> list[MqttPacket]:
         self.buf += data
         out, pos, buf = [], 0, self.buf
-        while True:
-            if len(buf) - pos < 2:
-                break
-            length, mult, i = 0, 1, pos + 1
-            while i < len(buf):
+        while len(buf) - pos >= 2:
+            length, i = 0, pos + 1
+            for shift in (0, 7, 14, 21):           # the remaining length: at most four bytes
+                if i == len(buf):
+                    break
                 b = buf[i]
-                length += (b & 0x7F) * mult
-                mult <<= 7
                 i += 1
-                if not b & 0x80 or mult > 1 << 28:
+                length |= (b & 0x7F) << shift
+                if not b & 0x80:
                     break
             else:
-                break                 # the length itself is incomplete
-            if buf[i - 1] & 0x80:
                 raise ValueError("malformed MQTT remaining length")
+            if buf[i - 1] & 0x80:
+                break                                # the length itself is incomplete
             end = i + length
             if end > len(buf):
                 break
@@ -130,6 +129,7 @@ class TcpProxy:
         self.cuts: list[Cut] = []
         self.connections = 0           # connections accepted so far
         self.dropped = 0               # connections this proxy cut
+        self._generation = 0           # drops and refusals so far: a link accepted before one is cut too
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._flowing: asyncio.Event | None = None
@@ -209,6 +209,7 @@ class TcpProxy:
         if refuse and self._server is not None:
             self._server.close()
             self._server = None
+        self._generation += 1
         links = list(self.links)
         for link in links:
             link.abort()
@@ -217,11 +218,19 @@ class TcpProxy:
         return len(links)
 
     async def _handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        if self._server is None:              # accepted just before a refusal: refused too
+            cwriter.transport.abort()
+            return
         self.connections += 1
+        generation = self._generation
         try:
             breader, bwriter = await asyncio.open_connection(*self.target)
         except OSError:
             cwriter.transport.abort()         # the broker is down: so is the proxied link
+            return
+        if generation != self._generation:    # dropped or refused while connecting to the broker
+            cwriter.transport.abort()
+            bwriter.transport.abort()
             return
         for w in (cwriter, bwriter):
             sock = w.get_extra_info("socket")
