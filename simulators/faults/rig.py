@@ -66,6 +66,7 @@ class ServiceProcess:
         self.proc: subprocess.Popen | None = None
         self.planned_restarts = 0
         self.unexpected: list[str] = []     # "exit code N: last log lines"
+        self.restarted_after_exit = 0
         self._expect_exit = False
 
     def start(self) -> "ServiceProcess":
@@ -156,6 +157,7 @@ class Account:
     windows_resent: int = 0             # (region, t) forwarded again with the same bytes
     aggregates_differing: int = 0       # (t, revision) published with two different payloads
     aggregates_republished: int = 0     # (t, revision) published again with the same bytes
+    delays_s: list[float] = field(default_factory=list)   # per t: its last report due -> its aggregate stored
 
     def line(self) -> str:
         return (f"acked {self.acked}, aggregated {self.aggregated}, lost {self.lost}, twice {self.twice}, "
@@ -181,6 +183,7 @@ class Pipeline:
         self.fusion: ServiceProcess | None = None
         self.observer: Observer | None = None
         self.cuts: list[tuple[CutReport, CutReport]] = []
+        self._rejections_before: Counter = Counter()   # counted by fog processes that have since ended
 
     # -- configuration -------------------------------------------------------------
     @property
@@ -259,6 +262,7 @@ class Pipeline:
         """Cut the power of the fog and the fusion center at one instant,
         leave them off `down_s`, and start them again."""
         fog_n, fusion_n = self.fog.count("fog subscribed"), self.fusion.count("fusion subscribed")
+        self._rejections_before += self.fog_rejections()
         for svc in (self.fog, self.fusion):
             svc.expect_exit()
         procs = [self.fog.proc, self.fusion.proc]
@@ -288,25 +292,28 @@ class Pipeline:
         self.fusion_proxy.stop()
 
     # -- what happened ---------------------------------------------------------------
-    def stored_payloads(self) -> dict[int, str]:
-        """t -> the payload of the newest revision of its stored aggregate
-        (the store read-only, as it is on disk now)."""
+    def stored_rows(self) -> dict[int, tuple[str, float]]:
+        """t -> (payload, created) of the newest revision of its stored
+        aggregate (the store read-only, as it is on disk now)."""
         if not self.store_path.exists():
             return {}
         db = sqlite3.connect(f"file:{self.store_path}?mode=ro", uri=True)
         try:
-            rows = db.execute("SELECT t, payload FROM aggregates WHERE scope='all'").fetchall()
+            rows = db.execute("SELECT t, payload, created FROM aggregates WHERE scope='all'").fetchall()
         finally:
             db.close()
-        out: dict[int, str] = {}
-        for t, payload in rows:
-            if t not in out or _revision(json.loads(payload)) > _revision(json.loads(out[t])):
-                out[t] = payload
+        out: dict[int, tuple[str, float]] = {}
+        for t, payload, created in rows:
+            if t not in out or _revision(json.loads(payload)) > _revision(json.loads(out[t][0])):
+                out[t] = (payload, created)
         return out
+
+    def stored_payloads(self) -> dict[int, str]:
+        return {t: p for t, (p, _) in self.stored_rows().items()}
 
     def stored_aggregates(self) -> dict[int, dict]:
         """t -> the newest revision of its stored aggregate."""
-        return {t: json.loads(p) for t, p in self.stored_payloads().items()}
+        return {t: json.loads(p) for t, (p, _) in self.stored_rows().items()}
 
     def wait_aggregated(self, load: LoadSpec, timeout_s: float = 60.0, settle_s: float | None = None) -> bool:
         """Until every timestamp of the load has a stored aggregate, or no
@@ -328,12 +335,14 @@ class Pipeline:
         return False
 
     def account(self, result: LoadResult, load: LoadSpec) -> Account:
-        stored = self.stored_aggregates()
+        rows = self.stored_rows()
         a = Account()
         for t in range(load.t_first, load.t_last + 1):
             acked = result.acked.get(t, 0)
-            n = stored[t]["n"] if t in stored else 0
-            if t not in stored:
+            n = json.loads(rows[t][0])["n"] if t in rows else 0
+            if t in rows:
+                a.delays_s.append(rows[t][1] - load.due_at(t, load.per_t - 1))
+            else:
                 a.missing_t.append(t)
             a.acked += acked
             a.aggregated += n
@@ -355,6 +364,24 @@ class Pipeline:
                     a.aggregates_differing += len(set(payloads)) > 1
                     a.aggregates_republished += len(payloads) > len(set(payloads))
         return a
+
+    def restart_exited(self) -> list[str]:
+        """Start again a service that exited unasked (a benchmark goes on);
+        the kinds restarted."""
+        out = []
+        for svc in (self.fog, self.fusion):
+            svc.check()
+            if svc.proc is not None and svc.proc.poll() is not None and svc.unexpected \
+                    and len(svc.unexpected) > svc.restarted_after_exit:
+                svc.restarted_after_exit += 1
+                svc.start()
+                out.append(svc.kind)
+        return out
+
+    def rejections_total(self) -> Counter:
+        """The fog's rejected (and late) reports by reason over every fog
+        process so far (counts of a process that was killed unasked are lost)."""
+        return self._rejections_before + self.fog_rejections()
 
     def fog_rejections(self) -> Counter:
         """The fog's rejected reports by reason since its last start (its metrics)."""
