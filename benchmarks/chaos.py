@@ -22,20 +22,22 @@ load before and after the fault, and is accounted on its own:
 - restarts: planned (the power cut) and unplanned (a process that exited;
   it is started again so the sequence goes on);
 - the delay from a timestamp's last report falling due to its aggregate
-  being stored, p50 and max,
-  against the no-fault baseline measured first in the same run.
+  being stored, p50 and max, against the no-fault baseline measured first
+  in the same run.
 
 Faults, in order: none (the baseline); Mosquitto SIGKILLed 4 times;
 a power cut of the fog and the fusion center at once (the faultfs shim:
-only fsynced data survives); the fog's disk full for --outage-s (a tmpfs
-filled to the last byte, or the shim's ENOSPC without root); the fog's disk
-read-only for --outage-s (the shim's EROFS); the broker connection cut while
-the fog forwards a window and while the fusion center publishes an
-aggregate (a TcpProxy cutting at that packet, once before it reaches the
-broker and once after); the fog's acknowledgement lost with its link; the
-fog's link silent for 5 s. The agents' 60 s broker outage (issue 18, "late
-data is data") is a hook, off unless --agents-outage: with one period of
-allowed lateness it can only lose the queued reports.
+only fsynced data survives); the fog's disk full for --outage-s, twice: a
+tmpfs filled to the last byte (only writes that need new blocks fail, and a
+journal in its steady state may need none), then every write refused with
+ENOSPC by the shim; the fog's disk read-only for --outage-s (the shim's
+EROFS); the broker connection cut while the fog forwards a window and while
+the fusion center publishes an aggregate (a TcpProxy cutting at that
+packet, once before it reaches the broker and once after); the fog's
+acknowledgement lost with its link; the fog's link silent for 5 s. The
+agents' 60 s broker outage (issue 18, "late data is data") is a hook, off
+unless --agents-outage: with one period of allowed lateness it can only
+lose the queued reports.
 """
 
 from __future__ import annotations
@@ -133,15 +135,22 @@ def fault_power_cut(ctx: "Chaos") -> dict:
 
 
 def fault_disk_full(ctx: "Chaos") -> dict:
-    if ctx.disk is not None:
-        filled = ctx.disk.fill()
-        time.sleep(ctx.args.outage_s)
-        ctx.disk.free()
-        return {"how": f"tmpfs filled ({filled:,} bytes)"}
+    """A real full disk: only writes that need new blocks fail (a journal
+    in its steady state reuses its WAL and free pages and may need none)."""
+    if ctx.disk is None:
+        return fault_disk_enospc(ctx) | {"how": "faultfs ENOSPC (no tmpfs here: not root)"}
+    filled = ctx.disk.fill()
+    time.sleep(ctx.args.outage_s)
+    ctx.disk.free()
+    return {"how": f"tmpfs filled ({filled:,} bytes)"}
+
+
+def fault_disk_enospc(ctx: "Chaos") -> dict:
+    """Every write refused with ENOSPC, whether it needs new blocks or not."""
     ctx.rig.fog_fs.fail_writes("ENOSPC")
     time.sleep(ctx.args.outage_s)
     ctx.rig.fog_fs.fail_writes(None)
-    return {"how": "faultfs ENOSPC (no tmpfs: not root)"}
+    return {"how": "faultfs ENOSPC"}
 
 
 def fault_disk_read_only(ctx: "Chaos") -> dict:
@@ -194,7 +203,8 @@ FAULTS = [  # name, what it is, its timeline
     ("none", "no fault (baseline)", fault_none),
     ("broker_kill", "Mosquitto SIGKILL x4 (shipped durability settings)", fault_broker_kills),
     ("power_cut", "power cut of fog and fusion at once", fault_power_cut),
-    ("disk_full", "fog disk full", fault_disk_full),
+    ("disk_full", "fog disk full (tmpfs filled)", fault_disk_full),
+    ("disk_enospc", "fog disk full (every write ENOSPC)", fault_disk_enospc),
     ("disk_read_only", "fog disk read-only", fault_disk_read_only),
     ("drop_forwarding", "link cut while the fog forwards a window", fault_drop_forwarding),
     ("drop_publishing", "link cut while fusion publishes an aggregate", fault_drop_publishing),
@@ -203,7 +213,8 @@ FAULTS = [  # name, what it is, its timeline
     ("agents_outage", "agents' broker down 60 s [hook]", fault_agents_outage),
 ]
 EXPECTED_S = {"none": lambda a: a.baseline_s, "broker_kill": lambda a: 5.0 * a.kills, "power_cut": lambda a: 8.0,
-              "disk_full": lambda a: a.outage_s, "disk_read_only": lambda a: a.outage_s,
+              "disk_full": lambda a: a.outage_s, "disk_enospc": lambda a: a.outage_s,
+              "disk_read_only": lambda a: a.outage_s,
               "drop_forwarding": lambda a: 6.0, "drop_publishing": lambda a: 6.0,
               "drop_acknowledging": lambda a: 3.0, "silent_link": lambda a: 5.0, "agents_outage": lambda a: 60.0}
 
@@ -244,9 +255,10 @@ class Chaos:
         seconds = LEAD_S + EXPECTED_S[name](self.args) + TAIL_S
         via_proxy = name == "agents_outage"
         spec = self.rig.load_spec(seconds, port=self.devices_proxy.port if via_proxy else None,
-                                  client_id=f"chaos-devices-{name}")
+                                  client_id=f"devices-{self.rig.name}-{name}")
         say(f"{name}: {what}; {spec.t_last - spec.t_first + 1} s of load at {spec.rate_per_s:,.0f} reports/s")
         rejected_before = self.rig.rejections_total()
+        outages_before = self.rig.fog.count("fog journal unavailable")
         planned_before = self.rig.fog.planned_restarts + self.rig.fusion.planned_restarts
         t0 = time.monotonic()
         load = AckedLoad(spec).start()
@@ -264,6 +276,7 @@ class Chaos:
                "aggregates_republished": account.aggregates_republished,
                "restarts_planned": self.rig.fog.planned_restarts + self.rig.fusion.planned_restarts - planned_before,
                "restarts_unplanned": self.supervisor.since(t0), "load_finished": result.finished,
+               "fog_storage_outages": self.rig.fog.count("fog journal unavailable") - outages_before,
                "load_reconnects": result.reconnects, "seconds_of_load": spec.t_last - spec.t_first + 1,
                "delay_p50_s": delays[len(delays) // 2] if delays else None,
                "delay_max_s": delays[-1] if delays else None, **notes}

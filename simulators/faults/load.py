@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_agent import wire
+from simulators.faults.children import die_with_parent
 from simulators.loadgen import connect, publish_packet
 
 INFLIGHT = 2000        # unacknowledged PUBLISHes at most
@@ -237,7 +238,7 @@ class AckedLoad:
         root = Path(__file__).resolve().parents[2]
         self._proc = subprocess.Popen([sys.executable, "-m", "simulators.faults.load",
                                        json.dumps(dataclasses.asdict(self.spec))], cwd=root,
-                                      stdout=subprocess.PIPE, text=True)
+                                      stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         return self

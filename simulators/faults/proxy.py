@@ -130,6 +130,7 @@ class TcpProxy:
         self.connections = 0           # connections accepted so far
         self.dropped = 0               # connections this proxy cut
         self._generation = 0           # drops and refusals so far: a link accepted before one is cut too
+        self.errors: list[str] = []    # why links ended other than by a close (resets, mostly)
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._flowing: asyncio.Event | None = None
@@ -238,10 +239,18 @@ class TcpProxy:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         link = _Link(cwriter, bwriter)
         self.links.add(link)
-        await asyncio.gather(self._pump(link, creader, "up"), self._pump(link, breader, "down"),
-                             return_exceptions=True)
+        pumps = [asyncio.ensure_future(self._pump(link, creader, "up")),
+                 asyncio.ensure_future(self._pump(link, breader, "down"))]
+        # Either side ending (closed, reset, or an error) ends the link: never half of one.
+        done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                self.errors.append(repr(task.exception()))
         self.links.discard(link)
         link.abort()
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
 
     async def _pump(self, link: _Link, reader: asyncio.StreamReader, direction: Direction) -> None:
         framer = Framer()

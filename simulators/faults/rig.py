@@ -34,6 +34,7 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
+from simulators.faults.children import die_with_parent
 from simulators.faults.faultfs import CutReport, FaultFs
 from simulators.faults.load import LoadResult, LoadSpec, device_name
 from simulators.faults.proxy import TcpProxy
@@ -51,7 +52,7 @@ class PipelineSpec:
     k_min: int = 10
     bootstrap_b: int = 100
     merge_deadline_s: float = 5.0
-    name: str = "chaos"
+    name: str = "chaos"                 # a random suffix is added: client ids fog-<name>-xxxxxx, fusion-...
 
 
 class ServiceProcess:
@@ -74,7 +75,8 @@ class ServiceProcess:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "rase.cli", "--log-level", "INFO", self.kind,
                                           "--config", str(self.config)], cwd=ROOT, stdout=log,
-                                         stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+                                         stderr=subprocess.STDOUT, env={**os.environ, **self.env},
+                                         preexec_fn=die_with_parent)
         return self
 
     def alive(self) -> bool:
@@ -172,6 +174,7 @@ class Pipeline:
         self.workdir = Path(workdir)
         self.broker_port = broker_port
         self.spec = spec
+        self.name = f"{spec.name}-{uuid.uuid4().hex[:6]}"
         self.fog_data = Path(fog_data) if fog_data is not None else self.workdir / "fog-data"
         self.fusion_data = self.workdir / "fusion-data"
         self.fog_proxy = TcpProxy(broker_port)
@@ -197,12 +200,12 @@ class Pipeline:
     def _write_configs(self) -> tuple[Path, Path]:
         s = self.spec
         fusion = self.workdir / "fusion.toml"
-        fusion.write_text(f'name = "{s.name}"\nregions = {json.dumps(list(s.regions))}\n'
+        fusion.write_text(f'name = "{self.name}"\nregions = {json.dumps(list(s.regions))}\n'
                           f"merge_deadline_s = {s.merge_deadline_s}\nbootstrap_b = {s.bootstrap_b}\n"
                           f'store_path = "{self.store_path}"\ntick_s = 0.02\n'
                           f"[precision]\nperiod_s = {s.period_s}\n[broker]\nport = {self.fusion_proxy.port}\n")
         fog = self.workdir / "fog.toml"
-        text = (f'name = "{s.name}"\nperiod_s = {s.period_s}\nepoch0 = 0\nlateness_periods = {s.lateness_periods}\n'
+        text = (f'name = "{self.name}"\nperiod_s = {s.period_s}\nepoch0 = 0\nlateness_periods = {s.lateness_periods}\n'
                 f'k_min = {s.k_min}\njournal_path = "{self.journal_path}"\ntick_s = 0.02\n'
                 f"metrics_port = {self.fog_metrics_port}\n[broker]\nport = {self.fog_proxy.port}\n")
         for region in s.regions:
@@ -212,14 +215,14 @@ class Pipeline:
         fog.write_text(text)
         return fog, fusion
 
-    def load_spec(self, seconds: float, *, lead_s: float = 1.0, client_id: str = "chaos-devices",
+    def load_spec(self, seconds: float, *, lead_s: float = 1.0, client_id: str | None = None,
                   port: int | None = None) -> LoadSpec:
         """A schedule of whole periods starting `lead_s` from now."""
         p = self.spec.period_s
         t_first = int((time.time() + lead_s) // p) + 1
         return LoadSpec(port=port or self.broker_port, regions=self.spec.regions, devices=self.spec.devices,
                         period_s=p, t_first=t_first, t_last=t_first + max(1, round(seconds / p)) - 1,
-                        client_id=client_id)
+                        client_id=client_id or f"devices-{self.name}")
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self, timeout_s: float = 60.0) -> "Pipeline":
@@ -317,9 +320,11 @@ class Pipeline:
 
     def wait_aggregated(self, load: LoadSpec, timeout_s: float = 60.0, settle_s: float | None = None) -> bool:
         """Until every timestamp of the load has a stored aggregate, or no
-        new one was stored for `settle_s` (default: the merge deadline plus
-        3 s, after which a missing one is not coming)."""
-        settle_s = self.spec.merge_deadline_s + 3.0 if settle_s is None else settle_s
+        new one was stored for `settle_s` (default: long enough for a window
+        short of reports to close at its lateness and be merged, after which
+        a missing one is not coming)."""
+        if settle_s is None:
+            settle_s = (self.spec.lateness_periods + 1) * self.spec.period_s + self.spec.merge_deadline_s + 3.0
         deadline = time.monotonic() + timeout_s
         want = set(range(load.t_first, load.t_last + 1))
         seen, changed = -1, time.monotonic()
