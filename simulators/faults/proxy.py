@@ -132,7 +132,10 @@ class TcpProxy:
         self._generation = 0           # drops and refusals so far: a link accepted before one is cut too
         self.errors: list[str] = []    # why links ended other than by a close (resets, mostly)
         self._loop = asyncio.new_event_loop()
-        self._server: asyncio.base_events.Server | None = None
+        # Its own listening socket and accept loop, not asyncio.start_server: a server closed while a
+        # connection was being accepted leaves that connection open and never handled (Python 3.11).
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Future | None = None
         self._flowing: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"proxy:{self.port}", daemon=True)
         self._lock = threading.Lock()
@@ -145,7 +148,7 @@ class TcpProxy:
 
     def stop(self) -> None:
         if self._thread.is_alive():
-            self._call(self._close(refuse=True))
+            self._call(self._shutdown())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
 
@@ -196,8 +199,26 @@ class TcpProxy:
         await self._listen()
 
     async def _listen(self) -> None:
-        if self._server is None:
-            self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, reuse_address=True)
+        if self._listener is None:
+            lsock = socket.socket()
+            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            lsock.bind(("127.0.0.1", self.port))
+            lsock.listen(128)
+            lsock.setblocking(False)
+            self._listener = lsock
+            self._accepting = asyncio.ensure_future(self._accept(lsock))
+
+    async def _accept(self, lsock: socket.socket) -> None:
+        while True:
+            conn, _ = await self._loop.sock_accept(lsock)
+            if self._listener is not lsock:       # refused while this one was being accepted
+                conn.close()
+                return
+            asyncio.ensure_future(self._serve(conn))
+
+    async def _serve(self, conn: socket.socket) -> None:
+        creader, cwriter = await asyncio.open_connection(sock=conn)
+        await self._handle(creader, cwriter)
 
     async def _forward(self) -> None:
         await self._listen()
@@ -206,10 +227,18 @@ class TcpProxy:
     async def _silence(self) -> None:
         self._flowing.clear()
 
+    async def _shutdown(self) -> None:
+        await self._close(refuse=True)
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _close(self, refuse: bool) -> int:
-        if refuse and self._server is not None:
-            self._server.close()
-            self._server = None
+        if refuse and self._listener is not None:
+            self._accepting.cancel()
+            self._listener.close()                # what waits in its backlog is reset
+            self._listener = self._accepting = None
         self._generation += 1
         links = list(self.links)
         for link in links:
@@ -219,7 +248,7 @@ class TcpProxy:
         return len(links)
 
     async def _handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
-        if self._server is None:              # accepted just before a refusal: refused too
+        if self._listener is None:            # accepted just before a refusal: refused too
             cwriter.transport.abort()
             return
         self.connections += 1
