@@ -266,6 +266,7 @@ class Chaos:
         notes = timeline(self)
         result = load.result(timeout_s=300)
         self.rig.wait_aggregated(spec, timeout_s=120)
+        self.rig.wait_fog_idle()           # its backlog (and its rejections) counted in this fault's row
         account = self.rig.account(result, spec)
         rejected = self.rig.rejections_total() - rejected_before
         delays = sorted(account.delays_s)

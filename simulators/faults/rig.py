@@ -383,13 +383,34 @@ class Pipeline:
                 out.append(svc.kind)
         return out
 
+    def wait_fog_idle(self, stable_s: float = 2.0, timeout_s: float = 120.0) -> bool:
+        """Until the fog has taken no report (accepted, repeated, late or
+        rejected) for stable_s: its backlog is worked off."""
+        deadline = time.monotonic() + timeout_s
+        last, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            taken = sum(self.fog_counts().values())
+            if taken != last:
+                last, since = taken, time.monotonic()
+            elif time.monotonic() - since >= stable_s:
+                return True
+            time.sleep(0.2)
+        return False
+
     def rejections_total(self) -> Counter:
         """The fog's rejected (and late) reports by reason over every fog
         process so far (counts of a process that was killed unasked are lost)."""
         return self._rejections_before + self.fog_rejections()
 
     def fog_rejections(self) -> Counter:
-        """The fog's rejected reports by reason since its last start (its metrics)."""
+        """The fog's rejected reports by reason, and late ones, since its
+        last start (its metrics)."""
+        counts = self.fog_counts()
+        return Counter({k: v for k, v in counts.items() if k not in ("accepted", "duplicate")})
+
+    def fog_counts(self) -> Counter:
+        """The fog's report counters since its last start: accepted,
+        duplicate, late, and rejected by reason."""
         out: Counter = Counter()
         try:
             text = urllib.request.urlopen(f"http://127.0.0.1:{self.fog_metrics_port}/metrics", timeout=5).read()
@@ -399,8 +420,10 @@ class Pipeline:
             if line.startswith("rase_fog_reports_rejected_total{"):
                 reason = line.split('reason="', 1)[1].split('"', 1)[0]
                 out[reason] += int(float(line.rsplit(" ", 1)[1]))
-            elif line.startswith("rase_fog_reports_late_total "):
-                out["late"] += int(float(line.rsplit(" ", 1)[1]))
+            else:
+                for name in ("accepted", "duplicate", "late"):
+                    if line.startswith(f"rase_fog_reports_{name}_total "):
+                        out[name] += int(float(line.rsplit(" ", 1)[1]))
         return out
 
 
