@@ -6,7 +6,7 @@ MPY_PKG := @micropython/micropython-webassembly-pyscript@1.27.0
 MPY_DIR := .tools/micropython
 MPY_MJS := $(MPY_DIR)/node_modules/@micropython/micropython-webassembly-pyscript/micropython.mjs
 
-.PHONY: demo test unit venv deps-test mosquitto observe-tools dashboard micropython umqtt stubs bench clean
+.PHONY: demo test unit venv deps-test mosquitto faults observe-tools dashboard micropython umqtt stubs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,19 +18,31 @@ venv: $(VENV)/.installed
 
 # Debian packages the tests use: a real Mosquitto, its command-line clients
 # (the compose healthcheck runs mosquitto_sub), docker-compose (only to
-# validate docker-compose.yml offline; no Docker engine is needed), and
-# dnsmasq (a real DNS server for the boards' own lookups).
+# validate docker-compose.yml offline; no Docker engine is needed), dnsmasq
+# (a real DNS server for the boards' own lookups), and a C compiler for the
+# fault-injection shim.
 mosquitto:
 	@missing=""; \
 	{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } || missing="$$missing mosquitto"; \
 	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
 	{ command -v dnsmasq >/dev/null 2>&1 || test -x /usr/sbin/dnsmasq; } || missing="$$missing dnsmasq-base"; \
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	command -v $(CC) >/dev/null 2>&1 || missing="$$missing gcc libc6-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing with apt"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+# The faultfs shim (simulators/faults/faultfs.c): power cuts and disk errors
+# for the fault tests and benchmarks/chaos.py, built from source here (no
+# binary is committed); simulators.faults.faultfs.library() builds the same.
+FAULTFS := .tools/faults/libfaultfs.so
+$(FAULTFS): simulators/faults/faultfs.c | mosquitto
+	mkdir -p $(@D)
+	$(CC) -shared -fPIC -O2 -Wall -Wextra -Werror -o $@ $< -ldl -lpthread
+
+faults: $(FAULTFS)
 
 # Debian packages the observability tests use: a real Prometheus (its package
 # brings promtool) and headless Chromium for the live page (docs/observability.md).
@@ -90,7 +102,7 @@ STDLIB_STUBS_VERSION := 1.29.0.post2
 
 stubs: .tools/stubs/esp32/.installed .tools/stubs/rp2/.installed
 
-deps-test: venv mosquitto observe-tools dashboard micropython umqtt stubs
+deps-test: venv mosquitto faults observe-tools dashboard micropython umqtt stubs
 
 # pytest exits 5 when it ran no test; that must fail the build, and it does
 # because make fails on any non-zero exit.

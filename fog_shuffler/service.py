@@ -300,16 +300,17 @@ class FogService(Service):
     def _count(self, after: list[tuple[str | None, str, Outcome | None, object]]) -> None:
         """Metrics, quarantine rows and per-region counts of a committed batch."""
         taken = {Outcome.ACCEPTED: 0, Outcome.DUPLICATE: 0, Outcome.LATE: 0}
-        for reason, detail, outcome, msg in after:
-            if reason is not None:
-                self.quarantine.put(msg.topic, reason, detail, msg.payload)   # counts it by reason too
-                where = topics.parse_report_topic(msg.topic)
-                if where is not None and where[0] in self.cfg.regions:
-                    self.counters.rejected[where[0]] += 1
-            elif outcome is not None:
-                taken[outcome] += 1
-                if outcome is Outcome.LATE:
-                    self.counters.late[topics.parse_report_topic(msg.topic)[0]] += 1
+        with self.quarantine.batch():     # one commit for a flood of rejected reports, not one each
+            for reason, detail, outcome, msg in after:
+                if reason is not None:
+                    self.quarantine.put(msg.topic, reason, detail, msg.payload)   # counts it by reason too
+                    where = topics.parse_report_topic(msg.topic)
+                    if where is not None and where[0] in self.cfg.regions:
+                        self.counters.rejected[where[0]] += 1
+                elif outcome is not None:
+                    taken[outcome] += 1
+                    if outcome is Outcome.LATE:
+                        self.counters.late[topics.parse_report_topic(msg.topic)[0]] += 1
         for outcome, counter in ((Outcome.ACCEPTED, self.metrics.accepted), (Outcome.DUPLICATE,
                                  self.metrics.duplicates), (Outcome.LATE, self.metrics.late)):
             if taken[outcome]:
