@@ -203,10 +203,12 @@ class Pipeline:
         fusion.write_text(f'name = "{self.name}"\nregions = {json.dumps(list(s.regions))}\n'
                           f"merge_deadline_s = {s.merge_deadline_s}\nbootstrap_b = {s.bootstrap_b}\n"
                           f'store_path = "{self.store_path}"\ntick_s = 0.02\n'
-                          f"[precision]\nperiod_s = {s.period_s}\n[broker]\nport = {self.fusion_proxy.port}\n")
+                          f'[precision]\nperiod_s = {s.period_s}\nmechanism = "br"\n'
+                          f"[broker]\nport = {self.fusion_proxy.port}\n")
         fog = self.workdir / "fog.toml"
         text = (f'name = "{self.name}"\nperiod_s = {s.period_s}\nepoch0 = 0\nlateness_periods = {s.lateness_periods}\n'
                 f'k_min = {s.k_min}\njournal_path = "{self.journal_path}"\ntick_s = 0.02\n'
+                'device_mechanism = "br"\n'     # the load generator's reports are BR's (a grid value each)
                 f"metrics_port = {self.fog_metrics_port}\n[broker]\nport = {self.fog_proxy.port}\n")
         for region in s.regions:
             devs = [device_name(region, i) for i in range(s.devices)]
