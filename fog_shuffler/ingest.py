@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from rase_common.errors import ProtocolError
 from edge_agent.mechanisms import DEFAULT_MECHANISM
 from rase_common.mechanisms import Setting, mechanism
-from rase_common.protocol.report import MAX_REPORT_BYTES, Report
+from rase_common.protocol.report import MAX_REPORT_BYTES, decode_report
 from rase_common.protocol.topics import parse_report_topic
 
 # impossible_y: not a report the deployment's mechanism can output at that eps
@@ -99,9 +99,9 @@ def parse_report(topic: str, payload: bytes, now_t: int, rules: IngestRules, mod
         raise Rejected("bad_topic", topic[:80])
     region, device = where
     try:
-        # Parsed and validated in one pass by pydantic's JSON parser (a third of
-        # json.loads + model_validate); its error types give the reasons.
-        rep = model.model_validate_json(payload)
+        # Parsed and validated in one pass: a local-DP report by msgspec when it
+        # takes it, else by the model (pydantic), whose error types give the reasons.
+        rep = decode_report(payload) if model is Report else model.model_validate_json(payload)
     except ValidationError as err:
         raise _rejection(err) from None
     if rules.devices.get(device) != region:

@@ -17,11 +17,19 @@ synchronous=FULL (rase_common.sqlite), one commit per batch.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rase_common.sqlite import open_wal, storage_errors
+
+log = logging.getLogger(__name__)
+
+# For benchmarks/end_to_end.py only, which measures what durable
+# acknowledgements cost: NORMAL survives a killed process but not a power cut.
+SYNCHRONOUS_ENV = "RASE_BENCH_JOURNAL_SYNCHRONOUS"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS reports (region TEXT, t INTEGER, device TEXT, y REAL, eps REAL, seq INTEGER,
@@ -76,7 +84,13 @@ def _upgrade(db) -> None:  # noqa: ANN001
 
 class Journal:
     def __init__(self, path: str | Path):
-        self.db = open_wal(path, SCHEMA + DETECTION_SCHEMA)
+        synchronous = os.environ.get(SYNCHRONOUS_ENV, "FULL").upper()
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"{SYNCHRONOUS_ENV} must be FULL or NORMAL, got {synchronous!r}")
+        if synchronous != "FULL":
+            log.warning("fog journal with synchronous=%s (%s, a benchmark's switch): an acknowledged report "
+                        "can be lost in a power cut", synchronous, SYNCHRONOUS_ENV)
+        self.db = open_wal(path, SCHEMA + DETECTION_SCHEMA, synchronous=synchronous)
         with storage_errors("fog journal"):
             _upgrade(self.db)
 

@@ -1,11 +1,17 @@
 """MQTT for every service: broker settings, the one adapter over paho-mqtt,
 and an asyncio link that services use as a source and a sink.
 
-paho-mqtt 2.x is the client: fast, and what the tests measure. Two of its
+paho-mqtt 2.x is the client: fast, and what the tests measure. Three of its
 private parts are used, each through a guard checked at import, with paho's
 public path as the fallback (paho is pinned below 3):
 - batched PUBACKs (`Client.ack_batch`): one outgoing packet for a whole
   batch of manual acks, instead of one wake-up and one send() per message;
+- batched reads of PUBLISH packets (`Client.on_message_batch`): QoS 0 and 1
+  PUBLISHes are split straight out of the read buffer and handed over as one
+  list per read, instead of one paho message object (with its own lock and
+  condition variable), one callback and one topic match per message; every
+  other packet, and any PUBLISH paho would have to judge (QoS 2, malformed,
+  a topic that is not UTF-8, MQTT 5), still goes through paho;
 - the reconnect wait (`Client._reconnect_wait`): paho's own doubling delay
   replaced by the shared Backoff (jittered, first retry after 0.1 s), so a
   service is back on its broker within a fraction of a second of a restart.
@@ -15,8 +21,8 @@ paho's return codes become TransportError in one place (`check_rc`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
-import queue
 import socket
 import ssl
 import struct
@@ -37,10 +43,15 @@ log = logging.getLogger(__name__)
 
 # paho's private names the fast paths need; without any of them, the public path.
 _BATCH_ACK_NAMES = ("_out_packet", "_sockpairW", "_call_socket_register_write", "_manual_ack", "_thread")
-FAST_ACKS = all(hasattr(mqtt.Client(mqtt.CallbackAPIVersion.VERSION2), n) for n in _BATCH_ACK_NAMES)
-BACKOFF_RECONNECT = hasattr(mqtt.Client, "_reconnect_wait") and hasattr(
-    mqtt.Client(mqtt.CallbackAPIVersion.VERSION2), "_thread_terminate")
-if not (FAST_ACKS and BACKOFF_RECONNECT):
+_BATCH_READ_NAMES = ("_in_packet", "_sock", "_manual_ack", "_last_bytes_received", "_msgtime_mutex")
+_probe = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+FAST_ACKS = all(hasattr(_probe, n) for n in _BATCH_ACK_NAMES)
+# The batched reads also queue auto-acks the way ack_batch does, so they need both sets.
+BATCH_READS = FAST_ACKS and all(hasattr(_probe, n) for n in _BATCH_READ_NAMES) and \
+    isinstance(getattr(_probe, "_in_packet", None), dict) and _probe._in_packet.get("command") == 0
+BACKOFF_RECONNECT = hasattr(mqtt.Client, "_reconnect_wait") and hasattr(_probe, "_thread_terminate")
+del _probe
+if not (FAST_ACKS and BATCH_READS and BACKOFF_RECONNECT):
     log.warning("paho-mqtt %s lacks private names RASE's fast paths use; falling back to its public API",
                 getattr(mqtt, "__version__", "?"))
 
@@ -151,16 +162,116 @@ class ReadBufferedSocket:
         inner = self._sock.pending() if hasattr(self._sock, "pending") else 0
         return len(self._buf) - self._pos + inner
 
+    def fill(self) -> bool:
+        """Append what the kernel has (up to READ_SIZE) to the buffered bytes,
+        without waiting: False when nothing came. An end of stream or an
+        error is not raised here; it is left for paho's next recv()."""
+        try:
+            data = self._sock.recv(self.READ_SIZE)
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError, InterruptedError):
+            return False
+        except OSError:
+            self.error = True
+            return False
+        if not data:
+            self.eof = True
+            return False
+        self._buf = self._buf[self._pos:] + data if self._pos < len(self._buf) else data
+        self._pos = 0
+        return True
+
+    def take_publishes(self, stamp: float) -> tuple[list[ReceivedMessage], bool]:
+        """Split complete QoS 0 and 1 PUBLISH packets (MQTT 3.1.1) off the
+        front of the buffer. Returns them and whether paho must read next:
+        a packet of another kind, or one this will not judge, is at the front
+        (or the connection ended); a partial PUBLISH stays buffered."""
+        out, self._pos, other = split_publishes(self._buf, self._pos, stamp)
+        return out, other or self.eof or self.error
+
+    eof = False       # fill() saw the end of the stream, or an error: paho's next recv() sees it too
+    error = False
+
     def __getattr__(self, name: str):  # noqa: ANN204
         return getattr(self._sock, name)
 
 
+class ReceivedMessage:
+    """A received PUBLISH, as paho's MQTTMessage presents it to its callbacks
+    (topic, payload, qos, mid, retain, dup, timestamp: time.monotonic() at
+    arrival), without the per-message lock and condition variable paho makes."""
+
+    __slots__ = ("topic", "payload", "qos", "mid", "retain", "dup", "timestamp")
+    properties = None        # MQTT 5 only
+
+    def __init__(self, topic: str, payload: bytes, qos: int, mid: int, retain: bool, dup: bool, timestamp: float):
+        self.topic, self.payload, self.qos, self.mid = topic, payload, qos, mid
+        self.retain, self.dup, self.timestamp = retain, dup, timestamp
+
+    def __repr__(self) -> str:
+        return f"ReceivedMessage({self.topic!r}, {self.payload[:40]!r}, qos={self.qos}, mid={self.mid})"
+
+
+# A PUBLISH is 0x30 | dup 0x08 | qos << 1 | retain 0x01; those with QoS 0 or 1:
+_QOS01_PUBLISH = frozenset(0x30 | dup | qos << 1 | retain for dup in (0, 8) for qos in (0, 1) for retain in (0, 1))
+LARGE_PACKET = 1 << 16        # left to paho, which reads a large body straight from the socket
+
+
+def split_publishes(buf: bytes, pos: int, stamp: float) -> tuple[list[ReceivedMessage], int, bool]:
+    """The complete QoS 0 and 1 PUBLISH packets (MQTT 3.1.1) in buf from pos
+    on: (messages, the position after the last one, whether a packet paho
+    must handle comes next). Stops before anything it does not take exactly
+    as paho would: another packet type, QoS 2, a malformed length or topic,
+    a topic that is not UTF-8, a packet larger than LARGE_PACKET."""
+    out = []
+    n = len(buf)
+    while pos < n:
+        cmd = buf[pos]
+        if cmd not in _QOS01_PUBLISH:
+            return out, pos, True
+        i, length, shift = pos + 1, 0, 0
+        while True:                      # the remaining length: 1 to 4 bytes, 7 bits each
+            if i >= n:
+                return out, pos, False
+            byte = buf[i]
+            i += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+            if shift > 21:
+                return out, pos, True
+        if length > LARGE_PACKET:
+            return out, pos, True
+        end = i + length
+        if end > n:
+            return out, pos, False
+        qos = (cmd >> 1) & 3
+        if length < 2:
+            return out, pos, True
+        topic_end = i + 2 + ((buf[i] << 8) | buf[i + 1])
+        body = topic_end + 2 * qos
+        if topic_end == i + 2 or body > end:
+            return out, pos, True
+        try:
+            topic = buf[i + 2:topic_end].decode()
+        except UnicodeDecodeError:
+            return out, pos, True
+        mid = (buf[topic_end] << 8) | buf[topic_end + 1] if qos else 0
+        out.append(ReceivedMessage(topic, buf[body:end], qos, mid, cmd & 1 == 1, cmd & 8 == 8, stamp))
+        pos = end
+    return out, pos, False
+
+
 class Client(mqtt.Client):
-    """paho's client with buffered reads, the shared reconnect backoff, and
-    acknowledging a batch of messages at once."""
+    """paho's client with buffered reads, the shared reconnect backoff,
+    acknowledging a batch of messages at once, and (with on_message_batch
+    set) receiving QoS 0 and 1 messages a batch at a time."""
 
     DRAIN_PACKETS = 256
+    FILLS_PER_TURN = 2          # socket reads split per turn of paho's loop, so writes (acks, pings) get their turn
     reconnect_backoff: Backoff | None = None    # set by paho_client; reset on every CONNACK
+    # Called in paho's thread with a list of ReceivedMessage; None: paho's on_message, one message at a time.
+    on_message_batch: Callable[[list[ReceivedMessage]], None] | None = None
     last_connect_error: OSError | None = None   # why the last (re)connect failed: paho's loop swallows it
 
     def reconnect(self) -> mqtt.MQTTErrorCode:
@@ -193,13 +304,72 @@ class Client(mqtt.Client):
         loop's own checks per report); while bytes are already in our
         buffer, read on, up to DRAIN_PACKETS more calls per turn (each
         of paho's calls reads one packet, or one per message in flight), so
-        writes and keepalives still get their turn under a flood."""
+        writes and keepalives still get their turn under a flood. With
+        on_message_batch, PUBLISHes are split off the buffer in bulk and paho
+        reads only what comes between them."""
+        if self.on_message_batch is not None and BATCH_READS and self.protocol != mqtt.MQTTv5:
+            return self._loop_read_batched()
         rc = super().loop_read(max_packets)
         for _ in range(self.DRAIN_PACKETS):
             if rc != mqtt.MQTT_ERR_SUCCESS or self._sock is None or not self._sock.pending():
                 break
             rc = super().loop_read(1)
         return rc
+
+    def _loop_read_batched(self) -> mqtt.MQTTErrorCode:
+        """One turn of paho's loop: PUBLISHes split off the buffer, paho
+        reading whatever else comes between them, until nothing more is
+        there or FILLS_PER_TURN reads were split, so paho's loop writes
+        (acks, outgoing messages, pings) between turns under a flood."""
+        rc = mqtt.MQTT_ERR_SUCCESS
+        fills = [self.FILLS_PER_TURN]
+        for _ in range(self.DRAIN_PACKETS):
+            sock = self._sock
+            if sock is None:
+                return mqtt.MQTT_ERR_NO_CONN
+            if self._in_packet["command"] == 0 and not self._read_publishes(sock, fills):
+                return rc            # nothing more to read now, or this turn's share is done
+            rc = super().loop_read(1)    # paho's turn: one packet of another kind, or the rest of one
+            if rc != mqtt.MQTT_ERR_SUCCESS or self._sock is None or not self._sock.pending():
+                return rc
+        return rc
+
+    def _read_publishes(self, sock: ReadBufferedSocket, fills: list[int]) -> bool:
+        """Hand every complete QoS 0/1 PUBLISH at the front of the stream to
+        on_message_batch, reading the socket while fills[0] (this turn's
+        share of reads) lasts. True when paho must read next: another kind of
+        packet, a partial one, or the end of the stream."""
+        while True:
+            msgs, paho_next = sock.take_publishes(time.monotonic())
+            if msgs:
+                with self._msgtime_mutex:
+                    self._last_bytes_received = time.monotonic()
+                self.on_message_batch(msgs)
+                if not self._manual_ack:      # as paho: acknowledged once the callback returned
+                    self._queue_pubacks([m.mid for m in msgs if m.qos == 1])
+            if paho_next:
+                return True
+            if fills[0] <= 0:
+                return False
+            fills[0] -= 1
+            if not sock.fill():
+                return sock.pending() > 0 or sock.eof or sock.error
+
+    def _queue_pubacks(self, mids: list[int]) -> None:
+        """One outgoing entry holding every PUBACK back to back: paho writes it
+        with one send() (resuming a partial write) instead of one per report,
+        and its thread is woken once."""
+        if not mids:
+            return
+        acks = b"".join([_PUBACK.pack(0x40, 2, mid) for mid in mids])
+        self._out_packet.append({"command": mqtt.PUBACK, "mid": mids[0], "qos": 1, "pos": 0,
+                                 "to_process": len(acks), "packet": acks, "info": None})
+        if self._sockpairW is not None:
+            try:
+                self._sockpairW.send(b"0")
+            except BlockingIOError:
+                pass
+        self._call_socket_register_write()
 
     def ack_batch(self, messages) -> None:  # noqa: ANN001
         """PUBACK every QoS 1 message of a batch (manual acks), waking paho's
@@ -218,20 +388,10 @@ class Client(mqtt.Client):
                 if m.qos > 0:
                     self.ack(m.mid, m.qos)
             return
-        # One outgoing entry holding every PUBACK back to back: paho writes it
-        # with one send() (resuming a partial write) instead of one per report.
-        acks = b"".join([_PUBACK.pack(0x40, 2, mid) for mid in mids])
-        self._out_packet.append({"command": mqtt.PUBACK, "mid": mids[0], "qos": 1, "pos": 0,
-                                 "to_process": len(acks), "packet": acks, "info": None})
+        self._queue_pubacks(mids)
         for m in messages:
             if m.qos == 2:
                 self.ack(m.mid, 2)
-        if self._sockpairW is not None:
-            try:
-                self._sockpairW.send(b"0")
-            except BlockingIOError:
-                pass
-        self._call_socket_register_write()
 
 
 def paho_client(broker: BrokerConfig, client_id: str, *, clean_session: bool = True,
@@ -260,8 +420,9 @@ class MqttLink:
     - `subscriptions` are (re)made on every connect; `subscribed` is set once
       the broker's SUBACK accepted every filter (refused ones are logged and
       counted in `refused`).
-    - Incoming messages queue in `inbox` (paho's thread puts, the loop takes);
-      `wakeup` is called after each, so the loop waits on events, not a tick.
+    - Incoming messages queue in `inbox` (a deque: paho's thread appends a
+      whole read's messages at once, the loop takes); `wakeup` is called after
+      each read, so the loop waits on events, not a tick.
     - publish() awaits the broker's PUBACK and raises TransportError (retriable)
       when it does not come in time; a lost connection never raises anywhere
       else. A QoS 1 message not yet acknowledged when the link drops stays in
@@ -280,7 +441,7 @@ class MqttLink:
         self.wakeup = wakeup or (lambda: None)
         self.will = will
         self.name = name or client_id
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.inbox: collections.deque = collections.deque()
         self.client: Client | None = None
         self.state: Outage | None = None
         self.connected = threading.Event()
@@ -304,6 +465,7 @@ class MqttLink:
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_message = self._on_message
+        c.on_message_batch = self._on_messages
         c.on_subscribe = self._on_subscribe
         c.on_publish = self._on_publish
         self.state = connect_in_background(c, self.broker, Outage(f"{self.name}: MQTT broker {self.broker.host}:"
@@ -355,7 +517,11 @@ class MqttLink:
         self.wakeup()
 
     def _on_message(self, client, userdata, msg):  # noqa: ANN001
-        self.inbox.put(msg)
+        self.inbox.append(msg)
+        self.wakeup()
+
+    def _on_messages(self, msgs: list[ReceivedMessage]) -> None:
+        self.inbox.extend(msgs)
         self.wakeup()
 
     def _on_publish(self, client, userdata, mid, reason_code, properties):  # noqa: ANN001
@@ -406,15 +572,11 @@ class MqttLink:
             raise TransportError(f"no PUBACK for {topic} within {timeout_s:g} s"
                                  + ("" if self.connected.is_set() else " (not connected)")) from None
 
-    def take(self, max_items: int) -> list[mqtt.MQTTMessage]:
+    def take(self, max_items: int) -> list[mqtt.MQTTMessage | ReceivedMessage]:
         """Up to max_items received messages, oldest first, without waiting."""
-        out = []
-        while len(out) < max_items:
-            try:
-                out.append(self.inbox.get_nowait())
-            except queue.Empty:
-                break
-        return out
+        inbox = self.inbox
+        # Only this thread takes, so at least len() messages are there to pop.
+        return [inbox.popleft() for _ in range(min(max_items, len(inbox)))]
 
     def ack(self, messages: list[mqtt.MQTTMessage]) -> None:
         """PUBACK messages taken with manual_ack (a no-op for QoS 0)."""

@@ -1,16 +1,20 @@
-"""rase_common.mqtt.Client: buffered reads and batched acks, against a
-socketpair and a real Mosquitto."""
+"""rase_common.mqtt.Client: buffered reads, batched reads of PUBLISH
+packets and batched acks, against a socketpair and a real Mosquitto."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 
 import paho.mqtt.client as mqtt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rase_common.mqtt import BrokerConfig, ReadBufferedSocket, connect_in_background, paho_client
+from rase_common.mqtt import (LARGE_PACKET, BrokerConfig, MqttLink, ReadBufferedSocket, connect_in_background,
+                              paho_client, split_publishes)
 
 
 def _pair():
@@ -98,3 +102,135 @@ def test_ack_batch_acknowledges_every_message_to_a_real_broker(mosquitto, batche
     pub.disconnect()
     pub.loop_stop()
     assert redelivered == (0 if batched else 500)
+
+
+# -- batched reads: split_publishes ------------------------------------------------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        n, digit = n >> 7, n & 0x7F
+        out.append(digit | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _publish(topic: bytes, payload: bytes, qos: int, mid: int, retain: bool = False, dup: bool = False) -> bytes:
+    body = len(topic).to_bytes(2, "big") + topic + (mid.to_bytes(2, "big") if qos else b"") + payload
+    return bytes([0x30 | (8 if dup else 0) | qos << 1 | retain]) + _varint(len(body)) + body
+
+
+# Packets paho must read itself, and how many of their bytes split_publishes needs to see to know it.
+STOPPERS = {
+    "puback": (b"\x40\x02\x00\x05", lambda p: 1),
+    "pingresp": (b"\xd0\x00", lambda p: 1),
+    "qos2": (_publish(b"a/b", b"x", 2, 9), lambda p: 1),
+    "not utf-8": (_publish(b"a/\xff", b"x", 1, 9), len),
+    "empty topic": (_publish(b"", b"x", 1, 9), len),
+    "large": (_publish(b"a/b", b"x" * (LARGE_PACKET + 10), 1, 9), lambda p: 4),
+}
+
+message = st.tuples(st.text(min_size=1, max_size=20).filter(lambda t: "\x00" not in t),
+                    st.one_of(st.binary(max_size=60), st.binary(min_size=120, max_size=200),
+                              st.just(b"z" * 20_000)),
+                    st.sampled_from([0, 1]), st.integers(1, 65535), st.booleans(), st.booleans())
+
+
+@settings(deadline=None, database=None)
+@given(st.lists(message, min_size=1, max_size=12), st.sampled_from([None, *STOPPERS]), st.data())
+def test_split_publishes_takes_exactly_the_complete_publishes_before_anything_paho_must_read(msgs, stopper, data):
+    packets = [_publish(t.encode(), p, q, m, r, d) for t, p, q, m, r, d in msgs]
+    buf = b"".join(packets) + (STOPPERS[stopper][0] if stopper else b"")
+    cut = data.draw(st.integers(0, len(buf)), label="bytes received so far")
+    got, pos, paho_next = split_publishes(buf[:cut], 0, 1.5)
+    end, expected = 0, []
+    for packet, (t, p, q, m, r, d) in zip(packets, msgs):
+        if end + len(packet) > cut:
+            break
+        end += len(packet)
+        expected.append((t, p, q, m if q else 0, r, d, 1.5))
+    assert [(g.topic, g.payload, g.qos, g.mid, g.retain, g.dup, g.timestamp) for g in got] == expected
+    assert pos == end
+    complete = len(expected) == len(packets)
+    stop_seen = stopper is not None and complete and cut - end >= STOPPERS[stopper][1](STOPPERS[stopper][0])
+    assert paho_next == stop_seen
+
+
+def test_a_partial_publish_stays_buffered_until_the_rest_comes():
+    sock, peer = _pair()
+    packets = [_publish(f"r/{i}".encode(), b"p" * i, 1, i + 1) for i in range(1, 40)]
+    stream = b"".join(packets)
+    got = []
+    for start in range(0, len(stream), 37):          # the stream arrives in odd-sized pieces
+        peer.sendall(stream[start:start + 37])
+        time.sleep(0.002)
+        assert sock.fill()
+        msgs, paho_next = sock.take_publishes(0.0)
+        assert not paho_next
+        got += msgs
+    assert [(m.topic, m.payload, m.mid) for m in got] == [(f"r/{i}", b"p" * i, i + 1) for i in range(1, 40)]
+    assert sock.pending() == 0 and not sock.fill()   # nothing left, nothing more to read
+    peer.close()
+    time.sleep(0.05)
+    assert not sock.fill() and sock.eof
+    assert sock.take_publishes(0.0) == ([], True)     # the end of the stream is paho's to see
+    assert sock.recv(1) == b""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("manual_ack", [True, False])
+def test_a_link_receives_a_mixed_flood_in_order_and_every_message_is_acknowledged(mosquitto, manual_ack):
+    """QoS 0, 1 and 2 messages, small and larger than a read, through
+    MqttLink (batched reads) from a real Mosquitto: each arrives once, QoS 1
+    ones in order, and once acknowledged (by the link, or paho's auto-ack)
+    none is redelivered to the same session."""
+    broker = BrokerConfig(port=mosquitto.port)
+    topic = f"test/batchread/{manual_ack}"
+    n = 1500
+
+    def qos_of(i: int) -> int:
+        return 2 if i % 300 == 7 else 0 if i % 200 == 3 else 1
+
+    def payload_of(i: int) -> bytes:
+        return (f"{i:05d}:".encode() + b"x" * (150_000 if i % 500 == 11 else i % 90))
+
+    async def receive(cid: str, expect: int, seconds: float) -> list:
+        link = MqttLink(broker, cid, subscriptions=[(f"{topic}/#", 2)], clean_session=False, manual_ack=manual_ack)
+        link.start()
+        got: list = []
+        try:
+            deadline = time.monotonic() + 10
+            while not link.subscribed.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if expect:
+                pub = paho_client(broker, f"{cid}-pub")
+                connect_in_background(pub, broker)
+                while not pub.is_connected() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)
+                infos = [pub.publish(f"{topic}/{i % 7}", payload_of(i), qos=qos_of(i)) for i in range(n)]
+            deadline = time.monotonic() + seconds
+            while len(got) < expect and time.monotonic() < deadline or not expect and time.monotonic() < deadline:
+                batch = link.take(500)
+                got += batch
+                if manual_ack:
+                    link.ack(batch)
+                await asyncio.sleep(0.01)
+            if expect:
+                for info in infos:
+                    info.wait_for_publish(10)
+                pub.disconnect()
+                pub.loop_stop()
+            await asyncio.sleep(0.5)                  # the last acks reach the broker
+        finally:
+            link.stop()
+        return got
+
+    got = asyncio.run(receive(f"batchread-{manual_ack}", n, 60))
+    seqs = [int(m.payload[:5]) for m in got]
+    assert sorted(seqs) == list(range(n))
+    assert all(m.payload == payload_of(int(m.payload[:5])) and m.qos == qos_of(int(m.payload[:5])) for m in got)
+    assert all(m.topic == f"{topic}/{int(m.payload[:5]) % 7}" for m in got)
+    qos1 = [s for s in seqs if qos_of(s) == 1]
+    assert qos1 == sorted(qos1)
+    assert asyncio.run(receive(f"batchread-{manual_ack}", 0, 1.5)) == []   # nothing left to redeliver
