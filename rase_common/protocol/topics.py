@@ -4,7 +4,7 @@ this package); they are imported from there, not written twice."""
 
 from __future__ import annotations
 
-from edge_agent.wire import CONTROL_TOPIC, report_topic, status_topic
+from edge_agent.wire import CONTROL_TOPIC, feedback_topic, report_topic, status_topic
 
 REPORTS_PREFIX = "rase/v1/reports/"
 WINDOWS_PREFIX = "rase/v1/windows/"
@@ -13,6 +13,13 @@ AGGREGATES_PREFIX = "rase/v1/aggregates/"
 AGGREGATES_FILTER = AGGREGATES_PREFIX + "#"
 AGGREGATE_LATEST_TOPIC = AGGREGATES_PREFIX + "latest"
 STATUS_FILTER = "rase/v1/status/+"
+FEEDBACK_PREFIX = "rase/v1/feedback/"
+
+
+def fusion_status_topic(name: str) -> str:
+    """The fusion center's availability, retained: "online" once connected,
+    "offline" when it stops and as its last will (Home Assistant reads it)."""
+    return f"rase/v1/fusion/{name}/status"
 
 
 def reports_filter(region: str) -> str:
@@ -38,6 +45,7 @@ def parse_report_topic(topic: str) -> tuple[str, str] | None:
     return parts[3], parts[4]
 
 
-__all__ = ["CONTROL_TOPIC", "report_topic", "status_topic", "reports_filter", "windows_topic", "aggregate_topic",
-           "parse_report_topic", "REPORTS_PREFIX", "WINDOWS_PREFIX", "WINDOWS_FILTER", "AGGREGATES_PREFIX",
-           "AGGREGATES_FILTER", "AGGREGATE_LATEST_TOPIC", "STATUS_FILTER"]
+__all__ = ["CONTROL_TOPIC", "report_topic", "status_topic", "feedback_topic", "reports_filter", "windows_topic",
+           "aggregate_topic", "parse_report_topic", "fusion_status_topic", "REPORTS_PREFIX", "WINDOWS_PREFIX",
+           "WINDOWS_FILTER", "AGGREGATES_PREFIX", "AGGREGATES_FILTER", "AGGREGATE_LATEST_TOPIC", "STATUS_FILTER",
+           "FEEDBACK_PREFIX"]
