@@ -65,6 +65,7 @@ class RejectionFeedback:
             return None
         self._told_this_minute += 1
         self.sent += 1
+        detail = detail.removeprefix(f"{reason}: ")      # the fog's error text starts with its reason
         payload = json.dumps({"v": 1, "reason": reason, "detail": detail[:80], "rejected": entry[0]},
                              separators=(",", ":"))
         entry[0], entry[1] = 0, now

@@ -359,8 +359,9 @@ class FogService(Service):
                 total = len(cw.values) + cw.eps_level_dropped
                 why = (f"< k_min {self.cfg.k_min}" if total < self.cfg.k_min else
                        f"but fewer than k_min {self.cfg.k_min} at each eps level (levels are never mixed)")
-                log.info("%s (%s, %d) suppressed: %d reports %s; not forwarded (rase_fog_reports_eps_level_dropped)",
-                         "late batch" if cw.revision else "window", region, t, total, why)
+                log.info("%s (%s, %d) suppressed: %d report%s %s; not forwarded (counted in "
+                         "rase_fog_reports_eps_level_dropped)", "late batch" if cw.revision else "window", region, t,
+                         total, "" if total == 1 else "s", why)
                 continue
             await self._release(cw)
             closed += 1

@@ -94,8 +94,8 @@ def components(oid: str, aggregate: dict, *, bands: list[float], expire_after: i
                            "'present': %(p)s.present, 'w': %(p)s.w, 't': value_json.t} | tojson }}" % {"p": path})
     edges = [0.0] + [float(b) for b in bands]
     for j, _ in enumerate(aggregate.get("frequencies", [])):
-        span = f"{edges[j]:g}-{edges[j + 1]:g} W" if j + 1 < len(edges) else f"above {edges[-1]:g} W"
-        out[f"band{j}"] = _sensor(oid, f"band{j}", f"Share of devices at {span}", f"value_json.frequencies[{j}]",
+        span = f"at {edges[j]:g}-{edges[j + 1]:g} W" if j + 1 < len(edges) else f"above {edges[-1]:g} W"
+        out[f"band{j}"] = _sensor(oid, f"band{j}", f"Share of devices {span}", f"value_json.frequencies[{j}]",
                                   None, expire_after)
     return out
 
