@@ -97,6 +97,9 @@ class PahoTransport:
     def _on_message(self, client, userdata, msg):  # noqa: ANN001
         if msg.topic == self.feedback_topic:
             self.feedback.on_feedback(self.core.device, msg.payload)
+            with self.lock:
+                self.core.status_changed = True    # the retained status carries rejected_by_fog at once
+            self._wake()
             return
         if msg.topic != wire.CONTROL_TOPIC:
             return
