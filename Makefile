@@ -8,11 +8,14 @@ MPY_MJS := $(MPY_DIR)/node_modules/@micropython/micropython-webassembly-pyscript
 
 .PHONY: demo test unit venv deps-test mosquitto faults observe-tools dashboard micropython umqtt stubs bench clean
 
+# pip and the build backend's notices (an editable install warns by design)
+# go to $(VENV)/install.log; it is shown only when the install fails.
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,eval]'
-	touch $@
+	@echo "creating $(VENV) with the project and its test extras (a minute or two; log: $(VENV)/install.log)"
+	@$(PYTHON) -m venv $(VENV)
+	@{ $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e '.[test,eval]'; } \
+	  > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; echo "pip install failed (log: $(VENV)/install.log)"; exit 1; }
+	@touch $@
 
 venv: $(VENV)/.installed
 
@@ -115,7 +118,7 @@ unit: venv
 	$(PY) -m pytest -q -m "not integration and not micropython" tests/unit $(PYTEST_ARGS)
 
 demo: venv
-	$(VENV)/bin/rase demo
+	@$(VENV)/bin/rase demo
 
 bench: deps-test
 	$(PY) benchmarks/edge_agent.py

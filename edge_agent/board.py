@@ -205,8 +205,8 @@ class BoardLoop:
 
     def status_line(self):
         c, t = self.core, self.transport
-        line = ("rase: sent=%d queued=%d dropped=%d sensor_errors=%d budget_skips=%d disconnects=%d "
-                "link=%s state=%s" % (c.sent, len(c.outbox), c.outbox.dropped, self.sensor_errors,
+        line = ("rase: sent=%d delivered=%d queued=%d dropped=%d sensor_errors=%d budget_skips=%d disconnects=%d "
+                "link=%s state=%s" % (c.sent, t.delivered, len(c.outbox), c.outbox.dropped, self.sensor_errors,
                                       c.skipped_budget, t.disconnects, "up" if t.client else "down", c.status))
         if t.client is None and t.last_error:
             line += " error=%s" % t.last_error

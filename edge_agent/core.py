@@ -71,8 +71,8 @@ class AgentCore:
                 "spent_this_period": led.spent_units / EPS_UNITS, "budget_per_period": led.budget_units / EPS_UNITS,
                 "budget_period_s": led.period_s}
 
-    def status_payload(self):
-        return wire.encode_status(self.status, self.privacy_spent())
+    def status_payload(self, counts=None):
+        return wire.encode_status(self.status, self.privacy_spent(), counts)
 
     @property
     def period_s(self):

@@ -18,6 +18,7 @@ import paho.mqtt.client as mqtt
 
 from edge_agent import wire
 from edge_agent.core import AgentCore
+from edge_agent.diagnostics import FeedbackWatch
 from rase_common.mqtt import BrokerConfig, connect_in_background, paho_client
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ class PahoTransport:
         self.control_applied = threading.Event()
         self.subscribed_at: float | None = None   # time.monotonic() of the control SUBACK
         self.started_at = time.monotonic()
+        self.feedback_topic = wire.feedback_topic(core.region, core.device)
+        self.feedback = FeedbackWatch(log)  # the fog's word on rejected reports (only this device reads it)
         self.client = self._make_client()
 
     def _make_client(self) -> mqtt.Client:
@@ -61,7 +64,7 @@ class PahoTransport:
             log.warning("agent=%s connect refused: %s", self.core.device, reason_code)
             return
         self.connects += 1
-        client.subscribe(wire.CONTROL_TOPIC, qos=1)
+        client.subscribe([(wire.CONTROL_TOPIC, 1), (self.feedback_topic, 1)])
         self.core.status_changed = True
         self.connected.set()
         self._wake()
@@ -92,6 +95,12 @@ class PahoTransport:
             self._wake()                  # room in flight for what is queued
 
     def _on_message(self, client, userdata, msg):  # noqa: ANN001
+        if msg.topic == self.feedback_topic:
+            self.feedback.on_feedback(self.core.device, msg.payload)
+            with self.lock:
+                self.core.status_changed = True    # the retained status carries rejected_by_fog at once
+            self._wake()
+            return
         if msg.topic != wire.CONTROL_TOPIC:
             return
         with self.lock:
@@ -125,6 +134,11 @@ class PahoTransport:
     def inflight(self) -> int:
         return self.published - self.acked
 
+    def counts(self) -> dict[str, int]:
+        """What became of this device's reports (its status carries them)."""
+        return {"made": self.core.sent, "delivered": self.delivered,
+                "rejected_by_fog": self.feedback.count(self.core.device)}
+
     def start(self) -> None:
         connect_in_background(self.client, self.broker)
 
@@ -137,7 +151,7 @@ class PahoTransport:
             core = self.core
             if core.status_changed:
                 core.status_changed = False
-                self._publish(wire.status_topic(core.device), core.status_payload(), retain=True)
+                self._publish(wire.status_topic(core.device), core.status_payload(self.counts()), retain=True)
             box = core.outbox
             while len(box) and self.inflight < self.max_inflight and self.connected.is_set():
                 topic, payload = box.pop()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from edge_agent.config import AgentConfig
 from edge_agent.core import AgentCore
+from edge_agent.diagnostics import StatusWatch
 from edge_agent.entropy import RandomBits
 from edge_agent.ledger import BudgetLedger
 from edge_agent.paho_transport import PahoTransport
@@ -19,6 +20,7 @@ from rase_common.loop import Wakeup, seconds_to_next_boundary
 from rase_common.service import Service
 
 log = logging.getLogger(__name__)
+STATUS_EVERY_REPORTS = 100   # the retained status (with made / delivered counts) is refreshed this often
 
 
 def build_core(cfg: AgentConfig, bits: RandomBits | None = None) -> AgentCore:
@@ -56,6 +58,8 @@ class AgentService(Service):
         self.give_up_s = give_up_s
         self.max_reports = max_reports
         self.drain_s = drain_s             # on stop: this long for queued reports' PUBACKs
+        self.watch = StatusWatch(log)      # one line when the device stops reporting, and why
+        self._status_at = 0                # core.sent when the status was last refreshed
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         self.wakeup.bind()
@@ -79,13 +83,18 @@ class AgentService(Service):
         # In a worker thread: waiting for the offline status's PUBACK must not
         # block an event loop that may be running the broker itself.
         await asyncio.to_thread(self.transport.stop)
-        log.info("agent=%s stopped: made=%d delivered=%d outbox=%d dropped=%d budget_skips=%d", self.cfg.device,
-                 self.core.sent, self.transport.delivered, len(self.core.outbox), self.core.outbox.dropped,
+        log.info("agent=%s stopped: made=%d delivered=%d rejected_by_fog=%d outbox=%d dropped=%d budget_skips=%d",
+                 self.cfg.device, self.core.sent, self.transport.delivered,
+                 self.transport.feedback.count(self.cfg.device), len(self.core.outbox), self.core.outbox.dropped,
                  self.core.skipped_budget)
 
     async def _loop(self) -> None:
         while True:
             self.tick()
+            self.watch.check([self.core])
+            if self.core.sent - self._status_at >= STATUS_EVERY_REPORTS:
+                self._status_at = self.core.sent
+                self.core.status_changed = True      # refresh the retained status's counts
             self.transport.pump()
             if self.max_reports is not None and self.core.sent >= self.max_reports and not len(self.core.outbox):
                 return

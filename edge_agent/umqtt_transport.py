@@ -55,6 +55,7 @@ class UmqttTransport:
         self.last_io = 0
         self.control_errors = 0
         self.disconnects = 0
+        self.delivered = 0        # reports the broker acknowledged (umqtt publish returns after the PUBACK)
         self.failures = 0            # consecutive failed connects or sends
         self.last_error = None
 
@@ -93,7 +94,8 @@ class UmqttTransport:
     def flush(self, c, now):
         core = self.core
         if core.status_changed:
-            c.publish(_b(wire.status_topic(core.device)), _b(core.status_payload()), retain=True, qos=1)
+            counts = {"made": core.sent, "delivered": self.delivered}
+            c.publish(_b(wire.status_topic(core.device)), _b(core.status_payload(counts)), retain=True, qos=1)
             core.status_changed = False
             self.last_io = now
         box = core.outbox
@@ -102,10 +104,11 @@ class UmqttTransport:
             # sockets' between() hook) may fill the queue without dropping it.
             item = box.pop()
             try:
-                c.publish(_b(item[0]), _b(item[1]), qos=1)
+                c.publish(_b(item[0]), _b(item[1]), qos=1)   # returns once the PUBACK came
             except Exception:
                 box.push_front(item)   # not acknowledged: sent again after the reconnect
                 raise
+            self.delivered += 1
             self.last_io = now
         if self.keepalive_s and now - self.last_io >= self.keepalive_s / 2:
             c.ping()  # umqtt never pings by itself; an idle link would be dropped

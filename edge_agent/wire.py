@@ -29,6 +29,11 @@ def status_topic(device):
     return "rase/v1/status/%s" % (device,)
 
 
+def feedback_topic(region, device):
+    """Where the fog tells one device why it rejects its reports (only that device reads it)."""
+    return "rase/v1/feedback/%s/%s" % (region, device)
+
+
 def check_name(field, value):
     """Topic levels must not contain MQTT separators or wildcards."""
     if not isinstance(value, str) or not value or len(value) > 64:
@@ -43,14 +48,18 @@ def encode_report(t, y, eps, seq):
     return json.dumps({"v": VERSION, "t": t, "y": y, "eps": eps, "seq": seq}, separators=(",", ":"))
 
 
-def encode_status(state, privacy=None):
+def encode_status(state, privacy=None, counts=None):
     """Status payload; `privacy` (AgentCore.privacy_spent) says what the device
-    spends: eps per report, per hour at its cadence, and in this budget period."""
+    spends: eps per report, per hour at its cadence, and in this budget period;
+    `counts` what became of its reports: made, delivered (acknowledged by the
+    broker), rejected_by_fog (the fog said so on the device's feedback topic)."""
     if state not in STATES:
         raise ValueError("unknown status %r" % (state,))
     msg = {"v": VERSION, "state": state}
     if privacy:
         msg["privacy"] = privacy
+    if counts:
+        msg["counts"] = counts
     return json.dumps(msg, separators=(",", ":"))
 
 

@@ -29,6 +29,7 @@ import time
 
 from fog_shuffler.config import FogConfig
 from fog_shuffler.detection import SECONDS_PER_DAY, Alarm, Detector, DeviceState
+from fog_shuffler.feedback import RejectionFeedback
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
 from fog_shuffler.journal import DetectionWrite, Journal
 from fog_shuffler.leader import Prio3Leader, split_prio3
@@ -113,6 +114,7 @@ class FogService(Service):
         self._rebuild = False
         self.outbox_size = 0
         self.reports_taken = 0            # messages journaled or rejected since start (a replay driver's progress)
+        self.feedback = RejectionFeedback(set(cfg.regions))   # tells a device why its reports are rejected
 
     # -- state others look at ------------------------------------------------
     @property
@@ -304,6 +306,7 @@ class FogService(Service):
             for reason, detail, outcome, msg in after:
                 if reason is not None:
                     self.quarantine.put(msg.topic, reason, detail, msg.payload)   # counts it by reason too
+                    self._tell_device(msg.topic, reason, detail)
                     where = topics.parse_report_topic(msg.topic)
                     if where is not None and where[0] in self.cfg.regions:
                         self.counters.rejected[where[0]] += 1
@@ -315,6 +318,16 @@ class FogService(Service):
                                  self.metrics.duplicates), (Outcome.LATE, self.metrics.late)):
             if taken[outcome]:
                 counter.inc(taken[outcome])
+
+    def _tell_device(self, topic: str, reason: str, detail: str) -> None:
+        """The device hears why its report was rejected, on its own topic (fog_shuffler.feedback)."""
+        note = self.feedback.note(topic, reason, detail, time.monotonic())
+        if note is None or self.link is None or not self.link.connected.is_set():
+            return
+        try:
+            self.link.publish_nowait(*note).add_done_callback(lambda f: f.cancelled() or f.exception())
+        except Exception as err:  # noqa: BLE001 - feedback is best effort; ingest goes on
+            log.debug("feedback to %s not sent: %s", note[0], err)
 
     def _validate(self, msg, now_t: int) -> Accepted:  # noqa: ANN001
         """A report is good if the current parameters accept it, or, just after
@@ -416,8 +429,12 @@ class FogService(Service):
                 self.journal.close_window(region, t, None, cw.revision)
                 self.metrics.suppressed.inc()
                 self.counters.suppressed[region] += 1
-                log.info("%s (%s, %d) suppressed: %d reports < k_min %d",
-                         "late batch" if cw.revision else "window", region, t, len(cw.values), self.cfg.k_min)
+                total = len(cw.values) + cw.eps_level_dropped
+                why = (f"< k_min {self.cfg.k_min}" if total < self.cfg.k_min else
+                       f"but fewer than k_min {self.cfg.k_min} at each eps level (levels are never mixed)")
+                log.info("%s (%s, %d) suppressed: %d report%s %s; not forwarded (counted in "
+                         "rase_fog_reports_eps_level_dropped)", "late batch" if cw.revision else "window", region, t,
+                         total, "" if total == 1 else "s", why)
                 continue
             await self._release(cw)
             closed += 1

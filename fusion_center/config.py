@@ -77,6 +77,13 @@ class FusionConfig(TomlSettings):
     clipping: ClippingConfig | None = None
     broker: BrokerConfig = BrokerConfig()
     source: Literal["mqtt", "kafka"] = "mqtt"   # where windows come from
+    # Subscribers (docs/subscribers.md): the retained rase/v1/aggregates/latest
+    # expires (MQTT 5 message expiry) this many periods after it was published,
+    # so a dead fusion center's last number does not live on; Home Assistant's
+    # sensors go unavailable after as long.
+    latest_expiry_periods: int = Field(4, ge=1)
+    home_assistant_discovery: bool = True       # a retained device config on <discovery_prefix>/device/...
+    discovery_prefix: str = "homeassistant"
     kafka: KafkaConfig = KafkaConfig()
     # Secure aggregation ([precision] mechanism = "prio3"): the fusion center is Prio3's helper and collector.
     prio3: Prio3FusionConfig | None = None

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from fusion_center.config import FusionConfig
 from fusion_center.helper import Prio3Helper
 from fusion_center.history import EstimateHistory
+from fusion_center.home_assistant import Announcer, aggregate_properties, expiry_s
 from fusion_center.merge import TimestampMerger, aggregate
 from fusion_center.metrics import FusionMetrics
 from fusion_center.store import AggregateStore
@@ -40,7 +41,7 @@ from rase_common.clock import ScaledClock, SteadyClock, WallClock
 from rase_common.errors import Backoff, ConfigError, Outage, StorageError, TransportError
 from rase_common.kafka import KafkaSource
 from rase_common.loop import Wakeup
-from rase_common.mqtt import MqttLink, MqttSource
+from rase_common.mqtt import MqttLink, MqttSource, publish_properties
 from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
 from rase_common.protocol.control import ControlMessage
@@ -83,6 +84,8 @@ class FusionService(Service):
                                    registry=self.metrics.registry, storage=self.storage) if cfg.prio3 else None)
         self._held: list = []              # taken from the source, not yet stored (storage failing)
         self._control_sent: tuple | None = None   # (control message, connection) last published
+        self.announcer = Announcer(cfg.name, prefix=cfg.discovery_prefix, enabled=cfg.home_assistant_discovery,
+                                   sw_version=_version())   # Home Assistant discovery (docs/subscribers.md)
 
     @property
     def wakeup(self) -> Wakeup:
@@ -146,8 +149,12 @@ class FusionService(Service):
 
     def make_link(self) -> MqttLink:
         subs = [(topics.WINDOWS_FILTER, 1)] if self._source is None and self.cfg.source == "mqtt" else []
+        # MQTT 5 (a persistent session, as before): aggregates carry a message expiry, a content type and
+        # the schema version; the status topic says online / offline (the will) for Home Assistant.
+        status = topics.fusion_status_topic(self.cfg.name)
         link = MqttLink(self.cfg.broker, f"fusion-{self.cfg.name}", subscriptions=subs, clean_session=False,
-                        manual_ack=True, name="fusion",
+                        manual_ack=True, name="fusion", mqtt5=True, will=(status, "offline", True),
+                        birth=(status, "online", True),
                         wakeup=lambda: (self.arrived.set(), self.outbox_wakeup.set(), self.control_wakeup.set()))
         link.on_subscribed = lambda refused: None if refused else log.info("fusion subscribed to %s",
                                                                           topics.WINDOWS_FILTER)
@@ -370,13 +377,22 @@ class FusionService(Service):
             raise TransportError("not connected to the broker")
         # QoS 1 publishes queued at once; marked published once every PUBACK came. A revision
         # of an older t goes to its own topic only: `latest` never goes back in time.
-        futs = [self.link.publish_nowait(topics.aggregate_topic(t), payload)]
+        stale_s = expiry_s(self.precision.period_s, self.cfg.latest_expiry_periods)
+        futs = [self.link.publish_nowait(topics.aggregate_topic(t), payload,
+                                         properties=publish_properties(**aggregate_properties(expiry=None)))]
         if t >= (self.store.newest_t() or t):
-            futs.append(self.link.publish_nowait(topics.AGGREGATE_LATEST_TOPIC, payload, retain=True))
+            futs.append(self.link.publish_nowait(topics.AGGREGATE_LATEST_TOPIC, payload, retain=True,
+                                                 properties=publish_properties(**aggregate_properties(expiry=stale_s))))
+        connection = self.link.connects
+        announce = self.announcer.due(payload, connection, bands=list(self.precision.bands), expire_after=stale_s)
+        if announce is not None:
+            futs.append(self.link.publish_nowait(*announce, retain=True))
         try:
             await asyncio.wait_for(asyncio.gather(*futs), 10.0)
         except asyncio.TimeoutError:
             raise TransportError(f"no PUBACK for aggregate t={t} within 10 s") from None
+        if announce is not None:
+            self.announcer.sent(connection, announce[1])
 
     # -- the control message ------------------------------------------------------------
     async def _control(self) -> None:
@@ -433,3 +449,12 @@ class FusionService(Service):
         if new != cur:
             self.precision = new
             log.info("precision changed%s", f" in {self.config_path}" if self.config_path else "")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rase")
+    except PackageNotFoundError:
+        return "0"

@@ -40,6 +40,17 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from rase_common.privacy import privacy_over_time
 
     cfg = AgentConfig.load(args.config)
+    if args.fleet is not None:
+        from simulators.local_fleet import MAX_FLEET, LocalFleetService
+
+        if not 1 <= args.fleet <= MAX_FLEET:
+            print(f"rase agent: --fleet takes 1 to {MAX_FLEET} devices (the bundled REFIT appliances), "
+                  f"got {args.fleet}", file=sys.stderr)
+            return 2
+        print(f"a local fleet of {args.fleet} simulated devices (REFIT replays, not live sensors), each spending "
+              f"eps {cfg.eps:g} per report; a fog forwards a timestamp's window only when at least k_min "
+              "(10 by default) devices reported for it", flush=True)
+        return run_service(LocalFleetService(cfg, args.fleet, max_reports=args.max_reports))
     for line in privacy_over_time(cfg.eps, cfg.period_s, cfg.budget_period_s / 3600).lines():
         print(line + ("" if "privacy over" not in line else " (at the configured eps and period; "
                       "the fusion center's control message may lower them)"))
@@ -201,11 +212,30 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _query_schedule(store, cfg_path: Path | None):  # noqa: ANN001, ANN202
+    """The schedule that maps times to t: the control message the fusion
+    center last broadcast (in its store), else the config's [precision]."""
+    from fusion_center.config import FusionConfig
+    from rase_common.errors import StorageError
+    from rase_common.protocol.control import ControlMessage
+
+    try:
+        stored = store.load_control()
+    except StorageError:
+        stored = None        # a store written before the control table existed
+    if stored is not None:
+        return ControlMessage.model_validate_json(stored).schedule()
+    if cfg_path is not None:
+        return FusionConfig.load(cfg_path).precision.schedule()
+    return None
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     import json
 
     from fusion_center.config import FusionConfig
     from fusion_center.store import AggregateStore
+    from rase.times import iso_of, t_of
 
     path = args.db or FusionConfig.load(args.config).store_path
     try:
@@ -213,7 +243,16 @@ def cmd_query(args: argparse.Namespace) -> int:
     except FileNotFoundError as err:
         print(f"rase query: {err}", file=sys.stderr)
         return 1
-    rows = store.recent(args.scope, args.t_from, args.t_to)
+    schedule = _query_schedule(store, None if args.db else args.config)
+    if schedule is None and not (isinstance(args.t_from, int) and isinstance(args.t_to, int)):
+        print("rase query: this store holds no control message, so times cannot be mapped to t; "
+              "give --from/--to as t, or --config instead of --db", file=sys.stderr)
+        return 2
+    t_from, t_to = t_of(args.t_from, schedule), t_of(args.t_to, schedule)
+    if t_from > t_to:
+        print(f"rase query: --from (t={t_from}) is after --to (t={t_to})", file=sys.stderr)
+        return 2
+    rows = store.recent(args.scope, t_from, t_to)
     if args.json:
         for r in rows:
             print(json.dumps(r))
@@ -225,7 +264,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     heads = [k.upper() for k in names] + [f"band {j}" for j in range(bands)]
     shares = bool(rows) and (rows[0].get("mechanism") in ("binary", "categorical")   # counts and shares, not watts
                              or (rows[0].get("prio3") or {}).get("kind") in ("count", "histogram"))
-    print(f"{'t':>8} {'n':>6}  " + "  ".join(f"{h:>22}" for h in heads) + "  clamped")
+    when = f"{'start (UTC)':<21}" if schedule is not None else ""
+    print(f"{'t':>8} {when}{'n':>6}  " + "  ".join(f"{h:>22}" for h in heads) + "  clamped")
     for r in rows:
         cells = []
         for e in [r["estimates"].get(k) for k in names] + list(r.get("frequencies", []))[:bands]:
@@ -236,8 +276,9 @@ def cmd_query(args: argparse.Namespace) -> int:
             else:
                 cells.append(f"{e['value']:>8.1f} [{e['ci'][0]:>6.0f},{e['ci'][1]:>6.0f}]")
         flag = f"{r['share_at_bound']:.0%} at bound" if r["clamped"] else "no"
-        print(f"{r['t']:>8} {r['n']:>6}  " + "  ".join(cells) + f"  {flag}")
-    print(f"{len(rows)} timestamps", file=sys.stderr)
+        start = f"{iso_of(schedule.start_of(r['t'])):<21}" if schedule is not None else ""
+        print(f"{r['t']:>8} {start}{r['n']:>6}  " + "  ".join(cells) + f"  {flag}")
+    print(f"{len(rows)} timestamps (t {t_from} .. {t_to})", file=sys.stderr)
     return 0
 
 
@@ -328,6 +369,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                                       write_x_max)
     from simulators.refit import RefitFormatError, bundled_dir
 
+    if args.write:
+        # Before any budget is spent: the file must exist and load as a fusion config.
+        if not args.write.is_file():
+            print(f"rase calibrate: --write {args.write}: no such file; give an existing fusion config "
+                  "(e.g. a copy of configs/fusion.example.toml). Nothing was spent.", file=sys.stderr)
+            return 2
+        FusionConfig.load(args.write)
     data = Path(args.data) if args.data else bundled_dir()
     eps_cal = args.calibration_eps
     if args.repeats < 1:
@@ -635,7 +683,8 @@ def cmd_acl(args: argparse.Namespace) -> int:
         fogs.append(FogUsers(cfg.name, {r: sorted(rc.all_devices()) for r, rc in cfg.regions.items()}))
     fusion = FusionConfig.load(args.fusion_config)
     try:
-        acl = build_acl(fogs, fusion=f"fusion-{fusion.name}", subscribers=args.subscriber or ["dashboard"])
+        acl = build_acl(fogs, fusion=f"fusion-{fusion.name}", subscribers=args.subscriber or ["dashboard"],
+                        discovery_prefix=fusion.discovery_prefix)
     except ValueError as err:
         raise ConfigError(f"fog configs {', '.join(map(str, args.fog_config or []))}: {err}") from err
     print(acl, end="")
@@ -662,17 +711,49 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return rc
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rase", description=__doc__)
-    p.add_argument("--log-level", default="INFO")
-    sub = p.add_subparsers(dest="command", required=True)
+def _time_or_t(text: str) -> int | str:
+    """--from/--to: a logical timestamp t (an integer) or an ISO 8601 time."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    from rase.times import parse_iso
 
-    a = sub.add_parser("agent", help="run one CPython edge agent")
-    a.add_argument("--config", required=True, type=Path)
-    a.add_argument("--max-reports", type=int, default=None, help="stop after this many reports")
+    try:
+        parse_iso(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rase", description=__doc__ + " Start with README.md's \"Using it\"; "
+                                "`rase COMMAND --help` says what each command does.")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   type=str.upper, help="how much the services log (default %(default)s)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    a = sub.add_parser("agent", help="run a CPython edge agent, or a small local fleet of simulated ones",
+                       description="Run one edge agent: read its source once per period, randomize the reading "
+                                   "(eps-LDP), spend the eps from its budget ledger and publish the report to its "
+                                   "region. With --fleet N, run N simulated REFIT devices in one process (each a "
+                                   "real agent core with its own ledger), named as the example fog registers them "
+                                   "(h1a1 .. h1a9, h2a1, ...): enough for a fog to forward windows (k_min = 10).")
+    a.add_argument("--config", required=True, type=Path,
+                   help="the agent's TOML config (copy configs/agent.example.toml); RASE_AGENT_... environment "
+                        "variables override any field")
+    a.add_argument("--max-reports", type=int, default=None,
+                   help="stop after this many reports were made and delivered (default: run until stopped)")
+    a.add_argument("--fleet", type=int, metavar="N", default=None,
+                   help="simulate N devices replaying the bundled REFIT excerpt (1..45; the config's region, eps, "
+                        "period, broker and ledger folder apply to each)")
     a.set_defaults(func=cmd_agent)
 
-    f = sub.add_parser("flash", help="build a MicroPython board bundle and copy it with mpremote")
+    f = sub.add_parser("flash", help="build a MicroPython board bundle and copy it with mpremote",
+                       description="Build the bundle a MicroPython board runs (the device core as mpy-cross .mpy "
+                                   "files, umqtt.simple, rase_config.json, sensor.py, main.py) and copy it to the "
+                                   "board with mpremote, or only write it to a folder. docs/boards.md goes from "
+                                   "firmware to a running sensor.")
     f.add_argument("--config", type=Path, help="this device's config (TOML, as configs/agent.example.toml)")
     f.add_argument("--ca", type=Path, help="the deployment's CA certificate for TLS (default: [broker] ca_file)")
     g = f.add_mutually_exclusive_group(required=True)
@@ -686,7 +767,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "else fetched from the package index)")
     f.set_defaults(func=cmd_flash)
 
-    ce = sub.add_parser("certs", help="make a development CA and the broker's (and clients') TLS certificates")
+    ce = sub.add_parser("certs", help="make a development CA and the broker's (and clients') TLS certificates",
+                        description="Make a development CA (kept and reused in --out) and a certificate for the "
+                                    "broker's names, and optionally client certificates. For production, use your "
+                                    "own CA; docs/deployment.md shows where each file goes.")
     ce.add_argument("--out", default="certs", help="folder for ca.crt, server.crt and keys (a CA there is reused)")
     ce.add_argument("--host", action="append", required=True,
                     help="the broker's name or IP address as clients reach it (repeatable)")
@@ -695,9 +779,16 @@ def build_parser() -> argparse.ArgumentParser:
     ce.set_defaults(func=cmd_certs)
 
     fg = sub.add_parser("fog", help="run the fog shuffler; `rase fog release` lets a quarantined device in again",
-                        description="Run the fog shuffler (`rase fog --config FILE`), or act on its quarantine of "
-                                    "devices whose reports fail the plausibility test (docs/privacy.md).")
-    fg.add_argument("--config", type=Path, help="the fog's TOML config")
+                        description="Run the fog shuffler: take the reports of its regions, keep one window per "
+                                    "region and timestamp in a journal, and forward each closed window with at "
+                                    "least k_min reports, identities stripped and shuffled. Reports from devices "
+                                    "not registered in its [regions] are rejected (unknown_device) and the device "
+                                    "is told on its own feedback topic. `rase fog release` and `rase fog "
+                                    "quarantined` act on its quarantine of devices whose reports fail the "
+                                    "plausibility test (docs/privacy.md).")
+    fg.add_argument("--config", type=Path,
+                    help="the fog's TOML config (copy configs/fog.example.toml); RASE_FOG_... environment variables "
+                         "override any field")
     fg.set_defaults(func=cmd_fog)
     fga = fg.add_subparsers(dest="fog_action")
     rel = fga.add_parser("release", help="let quarantined devices' reports into windows again (a running fog "
@@ -709,8 +800,15 @@ def build_parser() -> argparse.ArgumentParser:
     qu = fga.add_parser("quarantined", help="list the devices the fog holds in quarantine")
     qu.add_argument("--config", required=True, type=Path, help="the fog's TOML config (its journal_path)")
 
-    fu = sub.add_parser("fusion", help="run the fusion center")
-    fu.add_argument("--config", required=True, type=Path)
+    fu = sub.add_parser("fusion", help="run the fusion center",
+                        description="Run the fusion center: merge the fogs' windows per timestamp, estimate the "
+                                    "mean (and the other estimates) with 95%% intervals, store them, and publish "
+                                    "them on rase/v1/aggregates/t/{t} and, retained, rase/v1/aggregates/latest "
+                                    "(MQTT 5: message expiry, content type), with a Home Assistant discovery "
+                                    "config. It also broadcasts the control message the devices calibrate to.")
+    fu.add_argument("--config", required=True, type=Path,
+                    help="the fusion center's TOML config (copy configs/fusion.example.toml); RASE_FUSION_... "
+                         "environment variables override any field; [precision] is watched for changes")
     fu.set_defaults(func=cmd_fusion)
 
     bm = sub.add_parser("broker-metrics", help="serve Mosquitto's $SYS topics as Prometheus metrics",
@@ -734,27 +832,37 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--points", type=int, default=500, help="points kept on the plot (default %(default)s)")
     db.set_defaults(func=cmd_dashboard)
 
-    q = sub.add_parser("query", help="read stored aggregates")
-    q.add_argument("--from", dest="t_from", type=int, required=True, help="first logical timestamp")
-    q.add_argument("--to", dest="t_to", type=int, required=True, help="last logical timestamp")
+    q = sub.add_parser("query", help="read stored aggregates",
+                       description="Print the aggregates the fusion center stored for a range of timestamps, as a "
+                                   "table (mean first: the estimate to use) or as JSON lines. Times are logical "
+                                   "timestamps t or ISO 8601 times (UTC unless they say otherwise), mapped to t "
+                                   "by the schedule of the control message the fusion center last broadcast.")
+    q.add_argument("--from", dest="t_from", type=_time_or_t, required=True, metavar="T_OR_TIME",
+                   help="first timestamp: t (e.g. 205000000) or an ISO time (e.g. 2025-06-01T12:00)")
+    q.add_argument("--to", dest="t_to", type=_time_or_t, required=True, metavar="T_OR_TIME",
+                   help="last timestamp, included: t or an ISO time")
     q.add_argument("--json", action="store_true", help="one JSON object per line")
-    q.add_argument("--scope", default="all")
+    q.add_argument("--scope", default="all", help="aggregate scope (default %(default)s: every region merged)")
     src = q.add_mutually_exclusive_group()
-    src.add_argument("--config", type=Path, default=Path("configs/fusion.example.toml"))
+    src.add_argument("--config", type=Path, default=Path("configs/fusion.example.toml"),
+                     help="the fusion center's config, for its store_path (default %(default)s)")
     src.add_argument("--db", type=Path, help="the fusion center's SQLite store")
     q.set_defaults(func=cmd_query)
 
-    r = sub.add_parser("replay", help="replay REFIT houses through real agents, fog and fusion center")
+    r = sub.add_parser("replay", help="replay REFIT houses through real agents, fog and fusion center",
+                       description="Replay recorded REFIT appliance readings through real agents, a fog and a "
+                                   "fusion center on a broker (embedded by default), and write every aggregate "
+                                   "as JSON lines: the first line the run's parameters, then one per timestamp.")
     r.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
     r.add_argument("--houses", type=_houses, required=True, help="e.g. 1,2,3")
     r.add_argument("--start", help="ISO time (UTC) to start from, default the first row")
-    r.add_argument("--hours", type=float, default=1.0)
+    r.add_argument("--hours", type=float, default=1.0, help="simulated hours to replay (default %(default)s)")
     sp = r.add_mutually_exclusive_group()
     sp.add_argument("--speedup", type=float, help="simulated time runs this many times faster than real time")
     sp.add_argument("--fast", action="store_true", help="as fast as possible (the default)")
-    r.add_argument("--eps", type=float, default=1.0)
+    r.add_argument("--eps", type=float, default=1.0, help="eps per report (default %(default)s)")
     r.add_argument("--clone", type=int, default=1, help="copies of each device, shifted by an hour each")
-    r.add_argument("--period", type=float, default=8.0, help="period_s")
+    r.add_argument("--period", type=float, default=8.0, help="seconds per timestamp, period_s (default %(default)s)")
     r.add_argument("--broker", help="mqtt://host:port (default: an embedded broker)")
     r.add_argument("--mechanism", default=DEFAULT_MECHANISM, choices=list(ALL_MECHANISMS),
                    help=f"the devices' randomizer, broadcast in the control message (default: {DEFAULT_MECHANISM}; "
@@ -777,7 +885,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="JSON lines: parameters, then one line per timestamp")
     r.set_defaults(func=cmd_replay)
 
-    ca = sub.add_parser("calibrate", help="choose the data range from a private (LDP) histogram of the readings")
+    ca = sub.add_parser("calibrate", help="choose the data range from a private (LDP) histogram of the readings",
+                        description="Estimate the readings' distribution privately (an LDP histogram through the "
+                                    "device randomizer, charged to the devices' budgets) and print, for each "
+                                    "candidate x_max, the clipping bias against the noise; the range is the "
+                                    "largest lever on the error of the mean. --write puts the choice into a "
+                                    "fusion config.")
     ca.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
     ca.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12], help="e.g. 1,2,3 (default: all bundled)")
     ca.add_argument("--eps", type=float, default=1.0, help="the deployment's eps per report (for the noise)")
@@ -796,20 +909,28 @@ def build_parser() -> argparse.ArgumentParser:
                     "over this many hours of the recorded readings and print mean's coverage (0: skip)")
     ca.add_argument("--start-hour", type=float, default=0.0, help="hours after the first row")
     ca.add_argument("--clone", type=int, default=1, help="copies of each device, shifted by an hour each")
-    ca.add_argument("--period", type=float, default=8.0, help="period_s")
-    ca.add_argument("--write", type=Path, help="fusion config whose [precision] x_max is set to the choice")
+    ca.add_argument("--period", type=float, default=8.0, help="seconds per timestamp, period_s (default %(default)s)")
+    ca.add_argument("--write", type=Path, help="an existing fusion config whose [precision] x_max is set to the "
+                                               "choice (checked before any budget is spent)")
     ca.set_defaults(func=cmd_calibrate)
 
-    ev = sub.add_parser("eval", help="the paper's utility and re-identification evaluation")
-    ev.add_argument("what", choices=["utility", "attack", "counts", "poison"])
+    ev = sub.add_parser("eval", help="the paper's utility and re-identification evaluation",
+                        description="utility: each estimator's error against eps (the paper's Figs. 7-8), from a "
+                                    "simulation of the mechanisms or from `rase replay` outputs; attack: the "
+                                    "random-forest re-identification attack against raw, BR, Laplace + uniform "
+                                    "shuffle, BR + Mallows and RASE; counts: on/off counts and band frequencies "
+                                    "against eps; poison: m malicious devices of n per mean mechanism, before and after the fog's "
+                                    "detection. Tables on stdout, JSON and plots in --out (docs/evaluation.md).")
+    ev.add_argument("what", choices=["utility", "attack", "counts", "poison"], help="which evaluation to run")
     ev.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
-    ev.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12])
-    ev.add_argument("--hours", type=float, default=None, help="default 24 (poison: 1)")
+    ev.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12], help="e.g. 1,2,3 (default: all bundled)")
+    ev.add_argument("--hours", type=float, default=None, help="hours of readings used (default 24; poison: 1)")
     ev.add_argument("--seed", type=int, default=None, help="reproducible noise (evaluation only)")
-    ev.add_argument("--out", default="out/eval")
+    ev.add_argument("--out", default="out/eval", help="folder for the JSON results and plots (default %(default)s)")
     ev.add_argument("--eps", default="0.1,0.5,1,2,5,9", help="utility, counts: eps values to sweep")
     ev.add_argument("--windows", type=int, nargs="+", default=[64], help="utility: windowed w")
-    ev.add_argument("--bootstrap-b", type=int, default=1000)
+    ev.add_argument("--bootstrap-b", type=int, default=1000, help="utility: bootstrap resamples per timestamp "
+                                                                  "(default %(default)s)")
     ev.add_argument("--clone", type=int, default=None,
                     help="utility, poison: copies of each device (n = 45 x clone; default 1, poison: 22)")
     ev.add_argument("--replay", nargs="+", help="utility, counts: score these `rase replay` outputs instead")
@@ -860,7 +981,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "default: dashboard)")
     ac.set_defaults(func=cmd_acl)
 
-    d = sub.add_parser("demo", help="the pipeline on an embedded broker with the bundled REFIT excerpt")
+    d = sub.add_parser("demo", help="the pipeline on an embedded broker with the bundled REFIT excerpt",
+                       description="Replay a few hours of the bundled REFIT excerpt (45 appliances) through 45 "
+                                   "real agents, the fog shuffler and the fusion center on an embedded broker, "
+                                   "print each estimator's error, and plot the mean with its 95%% interval "
+                                   "against the truth, per timestamp and windowed.")
     d.add_argument("--out", default="out/demo", help="where to write results")
     d.add_argument("--hours", type=float, default=3.0, help="simulated hours to replay")
     d.set_defaults(func=cmd_demo)

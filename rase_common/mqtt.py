@@ -91,11 +91,13 @@ class BrokerConfig(BaseModel):
                    username=u.username, password=u.password, tls=u.scheme == "mqtts")
 
 
-def connect_in_background(client: Client, broker: BrokerConfig, outage: Outage | None = None) -> Outage:
+def connect_in_background(client: Client, broker: BrokerConfig, outage: Outage | None = None,
+                          **v5_connect) -> Outage:  # noqa: ANN003
     """Start paho's network thread: it connects and reconnects with the
     client's backoff. The link's state is an Outage: one warning when the
     broker is lost or unreachable, one when it is back, nothing per attempt.
-    Callbacks already set on the client are kept (called after this)."""
+    Callbacks already set on the client are kept (called after this).
+    v5_connect: MQTT 5 only, paho's clean_start and CONNECT properties."""
     outage = outage or Outage(f"MQTT broker {broker.host}:{broker.port}", log)
     user_connect, user_disconnect, user_fail = client.on_connect, client.on_disconnect, client.on_connect_fail
 
@@ -122,7 +124,7 @@ def connect_in_background(client: Client, broker: BrokerConfig, outage: Outage |
             user_fail(c, userdata)
 
     client.on_connect, client.on_disconnect, client.on_connect_fail = on_connect, on_disconnect, on_connect_fail
-    client.connect_async(broker.host, broker.port, keepalive=broker.keepalive_s)
+    client.connect_async(broker.host, broker.port, keepalive=broker.keepalive_s, **v5_connect)
     client.loop_start()
     return outage
 
@@ -395,11 +397,17 @@ class Client(mqtt.Client):
 
 
 def paho_client(broker: BrokerConfig, client_id: str, *, clean_session: bool = True,
-                manual_ack: bool = False, backoff: Backoff | None = None) -> Client:
-    """An MQTT 3.1.1 paho client with credentials, verified TLS and the shared
-    reconnect backoff (default: first retry after 0.1 s, at most 2 s apart)."""
-    c = Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311,
-               clean_session=clean_session, manual_ack=manual_ack)
+                manual_ack: bool = False, backoff: Backoff | None = None, mqtt5: bool = False) -> Client:
+    """A paho client (MQTT 3.1.1, or 5 with mqtt5) with credentials, verified
+    TLS and the shared reconnect backoff (default: first retry after 0.1 s, at
+    most 2 s apart). With MQTT 5 the session is chosen at connect
+    (v5_session_connect), not here."""
+    if mqtt5:
+        c = Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5,
+                   manual_ack=manual_ack)
+    else:
+        c = Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311,
+                   clean_session=clean_session, manual_ack=manual_ack)
     if broker.username:
         c.username_pw_set(broker.username, broker.password if broker.password_file is None
                           else read_secret(broker.password_file, "broker.password_file"))
@@ -410,6 +418,44 @@ def paho_client(broker: BrokerConfig, client_id: str, *, clean_session: bool = T
     c.reconnect_backoff = backoff or Backoff()
     c.reconnect_delay_set(min_delay=1, max_delay=2)    # paho's own wait, used only without BACKOFF_RECONNECT
     return c
+
+
+SESSION_NEVER_EXPIRES = 0xFFFFFFFF   # MQTT 5 session expiry: kept like an MQTT 3.1.1 persistent session
+
+
+def v5_session_connect(clean_session: bool) -> dict:
+    """paho's MQTT 5 connect arguments for what MQTT 3.1.1 calls clean_session.
+    In MQTT 5 a session ends when the connection does (expiry 0) unless the
+    CONNECT says otherwise: a persistent session (queued QoS 1 messages while
+    the service is away, its subscriptions) needs clean_start False and a
+    session expiry interval, here never."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    if clean_session:
+        return {"clean_start": True}
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = SESSION_NEVER_EXPIRES
+    return {"clean_start": False, "properties": props}
+
+
+def publish_properties(*, expiry_s: int | None = None, content_type: str | None = None,
+                       user: list[tuple[str, str]] = ()):  # noqa: ANN201 - paho Properties
+    """MQTT 5 PUBLISH properties: message expiry (the broker drops the message,
+    a retained one included, this many seconds after it was published), content
+    type and user properties. MQTT 3.1.1 subscribers get the same payload
+    without them (the broker strips them)."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    props = Properties(PacketTypes.PUBLISH)
+    if expiry_s is not None:
+        props.MessageExpiryInterval = int(expiry_s)
+    if content_type is not None:
+        props.ContentType = content_type
+    if user:
+        props.UserProperty = list(user)
+    return props
 
 
 class MqttLink:
@@ -432,14 +478,17 @@ class MqttLink:
 
     def __init__(self, broker: BrokerConfig, client_id: str, *, subscriptions: list[tuple[str, int]] = (),
                  clean_session: bool = True, manual_ack: bool = False, wakeup: Callable[[], None] | None = None,
-                 will: tuple[str, str, bool] | None = None, name: str | None = None):
+                 will: tuple[str, str, bool] | None = None, name: str | None = None, mqtt5: bool = False,
+                 birth: tuple[str, str, bool] | None = None):
         self.broker = broker
+        self.mqtt5 = mqtt5                # MQTT 5: publishes may carry properties (expiry, content type)
         self.client_id = client_id
         self.subscriptions = list(subscriptions)
         self.clean_session = clean_session
         self.manual_ack = manual_ack
         self.wakeup = wakeup or (lambda: None)
         self.will = will
+        self.birth = birth                # (topic, payload, retain) published at every connect; the will on stop
         self.name = name or client_id
         self.inbox: collections.deque = collections.deque()
         self.client: Client | None = None
@@ -452,13 +501,13 @@ class MqttLink:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._waiting: dict[int, asyncio.Future] = {}
-        self._acked_early: set[int] = set()
+        self._acked_early: dict[int, TransportError | None] = {}   # PUBACKs before publish() returned
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         c = self.client = paho_client(self.broker, self.client_id, clean_session=self.clean_session,
-                                      manual_ack=self.manual_ack)
+                                      manual_ack=self.manual_ack, mqtt5=self.mqtt5)
         if self.will is not None:
             topic, payload, retain = self.will
             c.will_set(topic, payload, qos=1, retain=retain)
@@ -469,13 +518,20 @@ class MqttLink:
         c.on_subscribe = self._on_subscribe
         c.on_publish = self._on_publish
         self.state = connect_in_background(c, self.broker, Outage(f"{self.name}: MQTT broker {self.broker.host}:"
-                                                                  f"{self.broker.port}", log))
+                                                                  f"{self.broker.port}", log),
+                                           **(v5_session_connect(self.clean_session) if self.mqtt5 else {}))
 
     def stop(self) -> None:
         c = self.client
         if c is None:
             return
         c._rase_stopping = True       # our own disconnect is not an outage
+        if self.birth is not None and self.will is not None and self.connected.is_set():
+            # A clean stop says what the will would have said (a disconnect does not fire it).
+            try:
+                c.publish(self.will[0], self.will[1], qos=1, retain=self.will[2]).wait_for_publish(2.0)
+            except (RuntimeError, ValueError):
+                pass      # the connection went meanwhile: the broker sends the will
         c.disconnect()
         c.loop_stop()
         self.connected.clear()
@@ -495,6 +551,9 @@ class MqttLink:
         self.subscribed.clear()
         log.info("%s connected to %s:%d (session present: %s)", self.name, self.broker.host, self.broker.port,
                  flags.session_present)
+        if self.birth is not None:
+            topic, payload, retain = self.birth
+            client.publish(topic, payload, qos=1, retain=retain)
         if self.subscriptions:
             client.subscribe(self.subscriptions)
         else:
@@ -525,12 +584,15 @@ class MqttLink:
         self.wakeup()
 
     def _on_publish(self, client, userdata, mid, reason_code, properties):  # noqa: ANN001
+        # MQTT 5: a PUBACK may refuse the message (e.g. 0x87, not authorized by the ACL).
+        err = TransportError(f"{self.name}: the broker refused the message: {reason_code}", retriable=False) \
+            if getattr(reason_code, "is_failure", False) else None
         with self._lock:
             fut = self._waiting.pop(mid, None)
             if fut is None:
-                self._acked_early.add(mid)
+                self._acked_early[mid] = err
         if fut is not None:
-            self._resolve(fut, None)
+            self._resolve(fut, err)
 
     def _resolve(self, fut: asyncio.Future, err: BaseException | None) -> None:
         def settle() -> None:
@@ -556,8 +618,8 @@ class MqttLink:
         fut = self._loop.create_future()
         with self._lock:
             if info.mid in self._acked_early:
-                self._acked_early.discard(info.mid)
-                fut.set_result(None)
+                err = self._acked_early.pop(info.mid)
+                fut.set_exception(err) if err is not None else fut.set_result(None)
             else:
                 self._waiting[info.mid] = fut
         return fut

@@ -18,35 +18,29 @@ from simulators.refit import bundled_dir
 DEMO_HOUSES = [1, 2, 3, 5, 12]
 
 
-# mean: the unbiased estimate (use it); se: the paper's mean of the reports; mle: the paper's weighted median.
-# mean is drawn last so it stays visible where it equals se (no clamping above eps_star).
-SHOWN = (("se", "tab:blue"), ("mle", "tab:orange"), ("mean", "tab:red"))
-
-
-def plot_true_vs_estimated(ts: np.ndarray, true_mean: np.ndarray, est: dict[str, np.ndarray],
-                           win: dict[str, np.ndarray], w: int, period_s: float, path: Path, title: str) -> None:
+def plot_true_vs_estimated(ts: np.ndarray, true_mean: np.ndarray, aggs: dict[int, dict], w: int, period_s: float,
+                           eps: float, x_range: float, path: Path, title: str) -> None:
+    """The mean (the estimate to use) with its 95% interval band and the truth,
+    per timestamp and, beside it, windowed over w, each panel saying in words
+    why it is as wide as it is (simulators.plots)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from simulators.plots import mean_panels
+
     hours = (ts - ts[0]) * period_s / 3600
-    fig, axes = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
-    ax = axes[0]
-    for name, color in SHOWN:
-        ax.plot(hours, est[name], color=color, lw=0.6, alpha=0.6, label=f"{name} per timestamp")
-    ax.plot(hours, true_mean, color="black", lw=1.2, label="true mean")
-    ax.set_ylabel("mean power per appliance (W)")
-    ax.set_title(title)
-    ax.legend(loc="upper right", fontsize=8, ncol=2)
-    ax = axes[1]
-    for name, color in SHOWN:
-        ax.plot(hours, win[name], color=color, lw=1.0, label=f"{name} windowed, w = {w}")
-    k = np.ones(w) / w
-    true_win = np.convolve(np.nan_to_num(true_mean), k, mode="full")[:len(true_mean)]
-    ax.plot(hours[w - 1:], true_win[w - 1:], color="black", lw=1.2, label=f"true mean, windowed w = {w}")
-    ax.set_xlabel("hours replayed")
-    ax.set_ylabel("W")
-    ax.legend(loc="upper right", fontsize=8, ncol=2)
+    est = [aggs[t]["estimates"]["mean"] for t in ts]
+    win = [aggs[t]["windowed"][str(w)]["mean"] for t in ts]
+    nan = float("nan")
+    fig, (ax_t, ax_w) = plt.subplots(1, 2, figsize=(15, 5.8))
+    mean_panels(ax_t, ax_w, hours, mean=np.array([e["value"] for e in est]),
+                lo=np.array([e["ci"][0] for e in est]), hi=np.array([e["ci"][1] for e in est]), truth=true_mean,
+                w=w, n=float(np.median([e["n"] for e in est])), eps=eps, x_range=x_range, xlabel="hours replayed",
+                win=(np.array([nan if e["value"] is None else e["value"] for e in win]),
+                     np.array([nan if e["ci"] is None else e["ci"][0] for e in win]),
+                     np.array([nan if e["ci"] is None else e["ci"][1] for e in win])))
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -88,8 +82,9 @@ async def run_demo(out_dir: Path, periods: int | None = None, hours: float = 3.0
         mae_w = float(np.nanmean(np.abs(win[k][ok] - true_win[ok])))
         print(f"{k:<10}{mae:>15.1f}{mae_w:>22.1f}   {what[k]}")
     png = out_dir / "true_vs_estimated.png"
-    plot_true_vs_estimated(ts, tm, est, win, w, p["period_s"], png,
-                           f"RASE on REFIT: {p['devices']} appliances, eps = {p['eps']}, "
-                           f"RS ({f['mallows']} Mallows / {f['uniform']} uniform windows)")
+    plot_true_vs_estimated(ts, tm, aggs, w, p["period_s"], p["eps"], p["x_max"] - p["x_min"], png,
+                           f"RASE on REFIT: {p['devices']} appliances, eps = {p['eps']} per report, "
+                           f"RS shuffle ({f['mallows']} Mallows / {f['uniform']} uniform windows): the unbiased mean "
+                           "with its 95% interval and the truth")
     print(f"\nplot: {png}\nper-timestamp estimates: {out_dir / 'aggregates.jsonl'}")
     return 0 if len(ts) else 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +184,14 @@ class UtilityResult:
     devices: int
     timestamps: int
     source: str
+    # Per eps, the mean's series for the plot: value, interval bounds, truth, reports per t, the range.
+    series: dict[float, dict] = field(default_factory=dict)
+
+
+def _series(est: dict[str, np.ndarray], true_mean: np.ndarray, n: np.ndarray, x_range: float,
+            period_s: float) -> dict:
+    return {"mean": est["mean"], "lo": est["mean_lo"], "hi": est["mean_hi"], "truth": true_mean, "n": n,
+            "x_range": x_range, "period_s": period_s}
 
 
 def utility_from_simulation(data_dir: Path, houses: list[int], eps_list, *, hours: float, start_offset_s: float = 0,
@@ -197,11 +205,12 @@ def utility_from_simulation(data_dir: Path, houses: list[int], eps_list, *, hour
     x = readings_matrix(devices, epoch0, period_s, t0, n_t)
     true_mean, _ = truth(devices, epoch0, period_s, t0, n_t)
     cal = Calibration()
-    table = {}
+    table, series = {}, {}
     for i, eps in enumerate(eps_list):
         est = simulate_estimates(x, eps, cal, bootstrap_b=bootstrap_b,
                                  seed=None if seed is None else seed * 1000 + i, mechanism_name=mechanism_name)
         table[eps] = errors(est, true_mean, windows_w)
+        series[eps] = _series(est, true_mean, est["n"], cal.x_max - cal.x_min, period_s)
         # Clipping to [x_min, x_max] is a bias no estimator removes: shown beside the errors.
         ok = ~np.isnan(est["clip_truth"]) & ~np.isnan(true_mean)
         table[eps]["floors"] = {"laplace_mae": laplace_floor_mae(est["n"], eps, cal),
@@ -212,22 +221,24 @@ def utility_from_simulation(data_dir: Path, houses: list[int], eps_list, *, hour
                                 "clip_bias": float(np.mean(est["clip_truth"][ok] - true_mean[ok]))}
         if progress:
             progress(eps, table[eps])
-    return UtilityResult(list(eps_list), table, len(devices), n_t, "simulation")
+    return UtilityResult(list(eps_list), table, len(devices), n_t, "simulation", series)
 
 
 def utility_from_replays(data_dir: Path, paths: list[Path], windows_w: tuple[int, ...] = (64,)) -> UtilityResult:
     """Errors of `rase replay` outputs against the truth from the CSVs (one eps each)."""
-    table, eps_list, n_dev, n_ts = {}, [], 0, 0
+    table, eps_list, n_dev, n_ts, series = {}, [], 0, 0, {}
     for p in paths:
-        params, row, n_t = score_replay(data_dir, Path(p), windows_w)
+        params, row, n_t, one = score_replay(data_dir, Path(p), windows_w)
         table[params["eps"]] = row
         eps_list.append(params["eps"])
         n_dev, n_ts = params["devices"], n_t
-    return UtilityResult(eps_list, table, n_dev, n_ts, "replay")
+        series[params["eps"]] = one
+    return UtilityResult(eps_list, table, n_dev, n_ts, "replay", series)
 
 
-def score_replay(data_dir: Path, path: Path, windows_w: tuple[int, ...] = (64,)) -> tuple[dict, dict, int]:
-    """(the replay's parameters, its errors and floors, timestamps scored)."""
+def score_replay(data_dir: Path, path: Path, windows_w: tuple[int, ...] = (64,)) -> tuple[dict, dict, int, dict]:
+    """(the replay's parameters, its errors and floors, timestamps scored, the
+    mean's series for the plot)."""
     lines = Path(path).read_text().splitlines()
     params = json.loads(lines[0])["params"]
     rows = [json.loads(line) for line in lines[1:]]
@@ -254,14 +265,19 @@ def score_replay(data_dir: Path, path: Path, windows_w: tuple[int, ...] = (64,))
         n = np.array([r["n"] for r in rows], dtype=float)
         row["floors"] = {"central_mae": central_floor_mae(n, eps, cal), "mechanism": mech, "product": product,
                          "mechanism_mae": _secure_floor(n, eps, cal)}
-        return params, row, n_t
+        per_t = np.zeros(n_t)
+        for r in rows:
+            if 0 <= r["t"] - t0 < n_t:
+                per_t[r["t"] - t0] = r["n"]
+        span = {"hourly": 3600.0, "daily": 86400.0}[product]
+        return params, row, n_t, _series(est, true_mean, per_t, cal.x_max - cal.x_min, span)
     x = readings_matrix(devices, params["epoch0"], params["period_s"], t0, n_t)
     n = (~np.isnan(x)).sum(axis=0)
     row["floors"] = {"central_mae": central_floor_mae(n, eps, cal), "laplace_mae": laplace_floor_mae(n, eps, cal),
                      "duchi_mae": duchi_floor_mae(x, eps, cal), "mechanism": mech,
                      "mechanism_mae": mechanism_floor_mae(x, eps, mech, cal.x_min, cal.x_max, cal.gamma),
                      "clip_bias": 0.0}
-    return params, row, n_t
+    return params, row, n_t, _series(est, true_mean, n, cal.x_max - cal.x_min, params["period_s"])
 
 
 def _secure_floor(n: np.ndarray, eps: float, cal: Calibration) -> float:
@@ -297,32 +313,66 @@ def product_truth(devices: list[Device], params: dict, product: str) -> tuple[np
     return np.array(out), first
 
 
-def plot_utility(res: UtilityResult, windows_w: tuple[int, ...], path: Path) -> None:
+def plot_utility(res: UtilityResult, windows_w: tuple[int, ...], path: Path, series_eps: float | None = None) -> None:
+    """Errors against eps (top; the mean, the estimate to use, drawn on top),
+    and the mean itself at one eps (bottom): per timestamp with its 95%
+    interval band and the truth, and windowed beside it, in words."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    from simulators.plots import mean_panels
+
+    w = windows_w[0]
+    fig, axes = plt.subplots(2, 2, figsize=(15, 10), gridspec_kw={"height_ratios": [1, 1.15]})
     eps = res.eps
-    for k, c in zip(ESTIMATORS, ("tab:red", "tab:purple", "tab:blue", "tab:orange")):
+    # Drawn in this order, the mean last and boldest; the bootstrap (equal to the mean within a watt
+    # or so) as open squares around it, so neither hides the other.
+    styles = {"mle": dict(color="tab:orange", ls="-.", marker="v", ms=5, lw=1.2, zorder=3),
+              "se": dict(color="tab:blue", ls="--", marker="s", ms=4, lw=1.2, zorder=3),
+              "bs": dict(color="tab:purple", ls="none", marker="s", ms=10, mfc="none", mew=1.3, zorder=4),
+              "mean": dict(color="tab:red", ls="-", marker="o", ms=5, lw=2.2, zorder=5)}
+    labels = {"mean": "mean (unbiased: use this)", "bs": "bs (bootstrap of the mean)",
+              "se": "se (paper's mean of clamped reports)", "mle": "mle (paper's weighted median)"}
+    for k, st in styles.items():
         if any(k not in res.table[e] for e in eps):
             continue                      # not published for this mechanism
-        axes[0].plot(eps, [res.table[e][k]["mae"] for e in eps], "o-", color=c, label=f"{k.upper()} per t")
-        for w in windows_w:
-            axes[0].plot(eps, [res.table[e][k][f"win{w}_mae"] for e in eps], "s--", color=c, alpha=0.6,
-                         label=f"{k.upper()} windowed w={w}")
-        axes[1].plot(eps, [res.table[e][k]["max_sq"] for e in eps], "o-", color=c, label=f"{k.upper()} per t")
-    for ax, title in zip(axes, ("mean absolute error (W)", "maximum squared error (W^2)")):
+        axes[0, 0].plot(eps, [res.table[e][k]["mae"] for e in eps], label=f"{labels[k]}, per t", **st)
+        axes[0, 1].plot(eps, [res.table[e][k]["max_sq"] for e in eps], label=labels[k], **st)
+    if all("mean" in res.table[e] for e in eps):
+        axes[0, 0].plot(eps, [res.table[e]["mean"][f"win{w}_mae"] for e in eps], color="tab:red", ls=":",
+                        marker="o", mfc="white", ms=5, lw=1.8, zorder=5, label=f"mean, windowed w = {w}")
+    for ax, title in zip(axes[0], ("mean absolute error (W)", "maximum squared error (W²)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("eps per report")
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=7)
+    axes[0, 0].legend(fontsize=7.5)
+    axes[0, 1].legend(fontsize=7.5)
+    shown = series_eps if series_eps is not None else _series_eps(list(res.series))
+    if shown is not None:
+        s = res.series[shown]
+        x = np.arange(len(s["mean"])) * s["period_s"] / 3600
+        n = s["n"][s["n"] > 0]
+        mean_panels(axes[1, 0], axes[1, 1], x, mean=s["mean"], lo=s["lo"], hi=s["hi"], truth=s["truth"], w=w,
+                    n=float(np.median(n)) if n.size else float("nan"), eps=shown, x_range=s["x_range"],
+                    xlabel="hours")
+        axes[1, 0].set_title(f"The mean at eps = {shown:g}, per timestamp", fontsize=10)
+        axes[1, 1].set_title(f"The mean at eps = {shown:g}, averaged over the last {w} timestamps", fontsize=10)
     fig.suptitle(f"RASE utility on REFIT: {res.devices} appliances, {res.timestamps} timestamps ({res.source})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _series_eps(eps: list[float]) -> float | None:
+    """The eps whose series the utility plot shows: the largest up to 5 (the
+    demo's), else the smallest."""
+    if not eps:
+        return None
+    under = [e for e in eps if e <= 5]
+    return max(under) if under else min(eps)
 
 
 # --- On/off counts and categorical frequencies against eps (issue 12) ---------
@@ -563,7 +613,7 @@ def compare_replays(data_dir: Path, paths: list[Path]) -> list[dict]:
 
     rows = []
     for p in paths:
-        params, row, _ = score_replay(data_dir, p, ())
+        params, row, _, _ = score_replay(data_dir, p, ())
         mech, m, fl = params.get("device_mechanism", "br"), row["mean"], row["floors"]
         product = params.get("prio3", {}).get("product", "per-t")
         rows.append({"mechanism": mech + ("" if product == "per-t" else f" {product}"), "devices": params["devices"],

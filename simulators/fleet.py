@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -28,16 +29,24 @@ log = logging.getLogger(__name__)
 
 
 class FleetTransport:
-    def __init__(self, cores: list[AgentCore], broker: BrokerConfig, client_id: str, *, max_inflight: int = 4000):
+    """feedback: a FeedbackWatch (edge_agent.diagnostics) to subscribe to every
+    device's feedback topic and hear why the fog rejects reports; None for
+    the fast replay, whose devices the fog always knows."""
+
+    def __init__(self, cores: list[AgentCore], broker: BrokerConfig, client_id: str, *, max_inflight: int = 4000,
+                 feedback=None):  # noqa: ANN001
         self.cores = cores
         self.broker = broker
         self.max_inflight = max_inflight
         self.lock = threading.Lock()         # cores are touched by paho's thread (control) and the driver
         self.connected = threading.Event()
         self.control_applied = threading.Event()
+        self.subscribed_at: float | None = None   # time.monotonic() of the first SUBACK
         self.published = 0
-        self.acked = 0
+        self.acked = 0                       # only reports are published: acked reports = delivered
         self.control_errors = 0
+        self.feedback = feedback
+        self._feedback_of = {wire.feedback_topic(c.region, c.device): c.device for c in cores} if feedback else {}
         c = self.client = paho_client(broker, client_id)
         c.max_inflight_messages_set(max_inflight)
         c.max_queued_messages_set(0)
@@ -45,18 +54,27 @@ class FleetTransport:
         c.on_disconnect = lambda *a: self.connected.clear()
         c.on_publish = self._on_publish
         c.on_message = self._on_message
+        c.on_subscribe = self._on_subscribe
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
         if reason_code.is_failure:
             log.warning("fleet connect refused: %s", reason_code)
             return
-        client.subscribe(wire.CONTROL_TOPIC, qos=1)
+        client.subscribe([(wire.CONTROL_TOPIC, 1)] + [(topic, 1) for topic in self._feedback_of])
         self.connected.set()
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties):  # noqa: ANN001
+        if self.subscribed_at is None:
+            self.subscribed_at = time.monotonic()
 
     def _on_publish(self, client, userdata, mid, reason_code, properties):  # noqa: ANN001
         self.acked += 1
 
     def _on_message(self, client, userdata, msg):  # noqa: ANN001
+        device = self._feedback_of.get(msg.topic)
+        if device is not None:
+            self.feedback.on_feedback(device, msg.payload)
+            return
         if msg.topic != wire.CONTROL_TOPIC or not msg.payload:
             return
         with self.lock:

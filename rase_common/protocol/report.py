@@ -70,12 +70,34 @@ class PrivacySpent(BaseModel):
     budget_period_s: float = Field(gt=0)
 
 
+class StatusCounts(BaseModel):
+    """What became of a device's reports since it started: made (randomized
+    and queued), delivered (acknowledged by the broker), rejected_by_fog (the
+    fog said so on the device's own feedback topic)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    made: int = Field(ge=0)
+    delivered: int = Field(ge=0)
+    rejected_by_fog: int = Field(0, ge=0)
+
+
 class Status(BaseModel):
     """Retained device status: rase/v1/status/{device}."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     v: Literal[1]
     state: Literal[STATES]  # type: ignore[valid-type]
     privacy: PrivacySpent | None = None
+    counts: StatusCounts | None = None
+
+
+class Feedback(BaseModel):
+    """The fog to one device, on rase/v1/feedback/{region}/{device} (only that
+    device may read it): why its reports are rejected. Sent at most once a
+    minute per device and reason; never about any other device or a window."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    v: Literal[1] = 1
+    reason: str
+    detail: str = ""
+    rejected: int = Field(1, ge=1)     # reports of this device rejected for this reason since the last feedback
 
 
 assert VERSION == 1

@@ -4,7 +4,7 @@ this package); they are imported from there, not written twice."""
 
 from __future__ import annotations
 
-from edge_agent.wire import CONTROL_TOPIC, report_topic, status_topic
+from edge_agent.wire import CONTROL_TOPIC, feedback_topic, report_topic, status_topic
 
 REPORTS_PREFIX = "rase/v1/reports/"
 WINDOWS_PREFIX = "rase/v1/windows/"
@@ -18,6 +18,13 @@ STATUS_FILTER = "rase/v1/status/+"
 PRIO3_VERIFY_PREFIX = "rase/v1/prio3/verify/"
 PRIO3_VERIFY_FILTER = PRIO3_VERIFY_PREFIX + "+"
 KAFKA_PRIO3_VERIFY_TOPIC = "rase.prio3.verify"
+FEEDBACK_PREFIX = "rase/v1/feedback/"
+
+
+def fusion_status_topic(name: str) -> str:
+    """The fusion center's availability, retained: "online" once connected,
+    "offline" when it stops and as its last will (Home Assistant reads it)."""
+    return f"rase/v1/fusion/{name}/status"
 
 
 def reports_filter(region: str) -> str:
@@ -48,7 +55,8 @@ def parse_report_topic(topic: str) -> tuple[str, str] | None:
     return parts[3], parts[4]
 
 
-__all__ = ["CONTROL_TOPIC", "report_topic", "status_topic", "reports_filter", "windows_topic", "aggregate_topic",
-           "parse_report_topic", "REPORTS_PREFIX", "WINDOWS_PREFIX", "WINDOWS_FILTER", "AGGREGATES_PREFIX",
-           "AGGREGATES_FILTER", "AGGREGATE_LATEST_TOPIC", "STATUS_FILTER", "PRIO3_VERIFY_PREFIX", "PRIO3_VERIFY_FILTER",
-           "KAFKA_PRIO3_VERIFY_TOPIC", "prio3_verify_topic"]
+__all__ = ["CONTROL_TOPIC", "report_topic", "status_topic", "feedback_topic", "reports_filter", "windows_topic",
+           "aggregate_topic", "parse_report_topic", "fusion_status_topic", "REPORTS_PREFIX", "WINDOWS_PREFIX",
+           "WINDOWS_FILTER", "AGGREGATES_PREFIX", "AGGREGATES_FILTER", "AGGREGATE_LATEST_TOPIC", "STATUS_FILTER",
+           "FEEDBACK_PREFIX", "PRIO3_VERIFY_PREFIX", "PRIO3_VERIFY_FILTER", "KAFKA_PRIO3_VERIFY_TOPIC",
+           "prio3_verify_topic"]

@@ -28,18 +28,27 @@ def test_each_fog_and_device_gets_exactly_its_own_topics():
     acl = blocks(build_acl([FogUsers("a", {"r1": ["d1", "d2"]}), FogUsers("b", {"r2": ["d3"], "r3": ["d4"]})],
                            fusion="fusion-x", subscribers=["dash", "ha"]))
     assert acl["fog-a"] == ["topic read rase/v1/reports/r1/+", "topic read rase/v1/control/precision",
-                            "topic write rase/v1/windows/r1", "topic read rase/v1/prio3/verify/r1"]
+                            "topic write rase/v1/windows/r1", "topic read rase/v1/prio3/verify/r1",
+                            "topic write rase/v1/feedback/r1/+"]
     assert acl["fog-b"] == ["topic read rase/v1/reports/r2/+", "topic read rase/v1/reports/r3/+",
                             "topic read rase/v1/control/precision", "topic write rase/v1/windows/r2",
                             "topic write rase/v1/windows/r3", "topic read rase/v1/prio3/verify/r2",
-                            "topic read rase/v1/prio3/verify/r3"]
+                            "topic read rase/v1/prio3/verify/r3", "topic write rase/v1/feedback/r2/+",
+                            "topic write rase/v1/feedback/r3/+"]
     assert acl["fusion-x"][:3] == ["topic read rase/v1/windows/r1", "topic read rase/v1/windows/r2",
                                    "topic read rase/v1/windows/r3"]
     # Secure aggregation: the helper answers each region's leader on that region's verify topic only.
-    assert acl["fusion-x"][-3:] == [f"topic write rase/v1/prio3/verify/{r}" for r in ("r1", "r2", "r3")]
+    assert acl["fusion-x"][-5:-2] == [f"topic write rase/v1/prio3/verify/{r}" for r in ("r1", "r2", "r3")]
+    assert acl["fusion-x"][-2:] == ["topic readwrite rase/v1/fusion/x/status",
+                                    "topic readwrite homeassistant/device/rase_x/config"]
+    # A device reads only its own feedback topic, in its own region.
     assert acl["d4"] == ["topic write rase/v1/reports/r3/d4", "topic write rase/v1/status/d4",
-                         "topic read rase/v1/control/precision"]
-    assert acl["dash"] == acl["ha"] == ["topic read rase/v1/aggregates/#", "topic read rase/v1/control/precision"]
+                         "topic read rase/v1/control/precision", "topic read rase/v1/feedback/r3/d4"]
+    # Subscribers read what interprets an aggregate: the control message, whether the fusion center is
+    # up, and the Home Assistant discovery config.
+    assert acl["dash"] == acl["ha"] == ["topic read rase/v1/aggregates/#", "topic read rase/v1/control/precision",
+                                        "topic read rase/v1/fusion/x/status",
+                                        "topic read homeassistant/device/rase_x/config"]
     assert acl["health"] == acl["broker-metrics"] == ["topic read $SYS/#"]
     # Nobody but the fusion center reads windows; no wildcard write anywhere.
     assert all("#" not in t for ts in acl.values() for t in ts if t.startswith("topic write"))

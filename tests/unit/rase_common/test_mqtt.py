@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rase_common.mqtt import (LARGE_PACKET, BrokerConfig, MqttLink, ReadBufferedSocket, connect_in_background,
-                              paho_client, split_publishes)
+                              paho_client, split_publishes, v5_session_connect)
 
 
 def _pair():
@@ -53,21 +53,24 @@ def test_a_large_read_bypasses_the_buffer_and_other_calls_reach_the_socket():
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("mqtt5", [False, True], ids=["mqtt311", "mqtt5"])
 @pytest.mark.parametrize("batched", [True, False])
-def test_ack_batch_acknowledges_every_message_to_a_real_broker(mosquitto, batched):
+def test_ack_batch_acknowledges_every_message_to_a_real_broker(mosquitto, batched, mqtt5):
     """A persistent session receives 500 QoS 1 messages and acks them with
     ack_batch (or not at all): after reconnecting, the broker redelivers
-    exactly what was not acknowledged."""
+    exactly what was not acknowledged. MQTT 5 too (the fusion center's link):
+    its session outlives the connection only with a session expiry interval,
+    and the batched 4-byte PUBACKs are valid MQTT 5 PUBACKs (success)."""
     broker = BrokerConfig(port=mosquitto.port)
-    topic = f"test/ackbatch/{batched}"
+    topic = f"test/ackbatch/{batched}/{mqtt5}"
     got: list[mqtt.MQTTMessage] = []
     lock = threading.Lock()
 
     def subscriber() -> mqtt.Client:
-        c = paho_client(broker, f"ackbatch-{batched}", clean_session=False, manual_ack=True)
+        c = paho_client(broker, f"ackbatch-{batched}-{mqtt5}", clean_session=False, manual_ack=True, mqtt5=mqtt5)
         c.on_connect = lambda cl, u, f, rc, p: cl.subscribe(topic, qos=1)
         c.on_message = lambda cl, u, m: (lock.acquire(), got.append(m), lock.release())
-        connect_in_background(c, broker)
+        connect_in_background(c, broker, **(v5_session_connect(False) if mqtt5 else {}))
         return c
 
     sub = subscriber()
@@ -234,3 +237,33 @@ def test_a_link_receives_a_mixed_flood_in_order_and_every_message_is_acknowledge
     qos1 = [s for s in seqs if qos_of(s) == 1]
     assert qos1 == sorted(qos1)
     assert asyncio.run(receive(f"batchread-{manual_ack}", 0, 1.5)) == []   # nothing left to redeliver
+
+
+@pytest.mark.integration
+def test_an_mqtt5_link_hears_the_broker_refuse_a_publish(tmp_path):
+    """MQTT 5 PUBACKs carry a reason: a publish the ACL denies fails with
+    TransportError instead of counting as delivered."""
+    import asyncio
+
+    from rase_common.errors import TransportError
+    from simulators.brokers import Mosquitto
+
+    acl = tmp_path / "acl"
+    acl.write_text("topic readwrite allowed/#\n")
+    broker = Mosquitto(tmp_path / "mq", extra_conf=f"acl_file {acl}\n").start()
+    try:
+        async def run() -> None:
+            link = MqttLink(BrokerConfig(port=broker.port), "v5-refused", mqtt5=True)
+            link.start()
+            for _ in range(200):
+                if link.connected.is_set():
+                    break
+                await asyncio.sleep(0.02)
+            await link.publish("allowed/x", "1")
+            with pytest.raises(TransportError, match="refused"):
+                await link.publish("denied/x", "1")
+            link.stop()
+
+        asyncio.run(run())
+    finally:
+        broker.stop()

@@ -1,0 +1,93 @@
+"""README's "Your first aggregate", run as written: the marked shell block,
+in a fresh copy of configs/ with the `rase` command on PATH, against a real
+Mosquitto. Only what a second machine would differ in is set from outside:
+the broker's port (RASE_..._BROKER__PORT for the services, mosquitto_sub's
+own config file for the client) and the metrics ports, free ones here."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rase_common.protocol.aggregate import Aggregate
+from simulators.brokers import free_port
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+MARKER = "<!-- tested: the walkthrough -->"
+
+
+def walkthrough() -> str:
+    after = (ROOT / "README.md").read_text().split(MARKER, 1)[1]
+    return re.search(r"```sh\n(.*?)```", after, re.S).group(1)
+
+
+def test_the_block_is_the_four_commands_a_person_types():
+    lines = [line for line in walkthrough().splitlines() if line.strip()]
+    assert [line.split()[0] for line in lines] == ["rase", "rase", "rase", "mosquitto_sub"]
+    assert "--fleet 12" in lines[2]
+
+
+def test_readme_walkthrough_ends_in_an_aggregate(mosquitto, tmp_path):
+    work = tmp_path / "checkout"
+    shutil.copytree(ROOT / "configs", work / "configs")
+    conf = tmp_path / "xdg"
+    conf.mkdir()
+    (conf / "mosquitto_sub").write_text(f"-h 127.0.0.1\n-p {mosquitto.port}\n")
+    port = str(mosquitto.port)
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
+           "XDG_CONFIG_HOME": str(conf),
+           "RASE_FUSION_BROKER__PORT": port, "RASE_FOG_BROKER__PORT": port, "RASE_AGENT_BROKER__PORT": port,
+           "RASE_FUSION_METRICS_PORT": str(free_port()), "RASE_FOG_METRICS_PORT": str(free_port())}
+    log, printed = tmp_path / "services.log", tmp_path / "stdout.txt"
+    started = time.monotonic()
+    with open(log, "w") as services_log, open(printed, "w") as stdout:
+        # Files, not pipes: the services run on in the background and keep their output open.
+        proc = subprocess.Popen(["bash", "-c", walkthrough()], cwd=work, env=env, stdout=stdout,
+                                stderr=services_log, start_new_session=True)
+        try:
+            proc.wait(timeout=150)      # bash ends with its last command, mosquitto_sub
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            took = time.monotonic() - started
+            # The services run on in the background, as in a terminal: stop them as `kill %1 %2 %3` would.
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and _alive(proc.pid):
+                time.sleep(0.1)
+            if _alive(proc.pid):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = [line for line in printed.read_text().splitlines() if line.startswith("{")]
+    text = log.read_text()
+    assert out, f"no aggregate after {took:.0f} s:\n{text[-4000:]}"
+    agg = Aggregate.model_validate(json.loads(out[-1]))
+    print(f"first aggregate after {took:.1f} s: t={agg.t} n={agg.n} mean={agg.estimates['mean'].value:.0f} "
+          f"ci={agg.estimates['mean'].ci}")
+    assert agg.n >= 10 and agg.regions == ["r1"] and "mean" in agg.estimates
+    assert took < 60, f"the first aggregate took {took:.0f} s"
+    # The services said what they did, and stopped cleanly on SIGTERM.
+    assert "fleet of 12 simulated devices" in text and "fog fog1 started" in text
+    assert "Traceback" not in text, text[-4000:]
+    assert (work / "var" / "fusion.sqlite").exists()
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
