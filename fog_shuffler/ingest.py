@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from rase_common.errors import ProtocolError
 from edge_agent.mechanisms import DEFAULT_MECHANISM
 from rase_common.mechanisms import Setting, mechanism
-from rase_common.protocol.report import MAX_REPORT_BYTES, decode_report
+from rase_common.protocol.report import MAX_REPORT_BYTES, Report, decode_report
 from rase_common.protocol.topics import parse_report_topic
 
 # impossible_y: not a report the deployment's mechanism can output at that eps
