@@ -28,22 +28,21 @@ import logging
 import time
 
 from fog_shuffler.config import FogConfig
-from fog_shuffler.detection import SECONDS_PER_DAY, Alarm, Detector, DeviceState
 from fog_shuffler.feedback import RejectionFeedback
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
-from fog_shuffler.journal import DetectionWrite, Journal
+from fog_shuffler.journal import Journal
 from fog_shuffler.leader import Prio3Leader, split_prio3
 from fog_shuffler.metrics import FogMetrics
 from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower, rules_for
 from fog_shuffler.randomness import window_rng
 from fog_shuffler.release import release_window
+from fog_shuffler.screening import DeviceScreen
 from fog_shuffler.windows import ClosedWindow, Outcome, RegionCounters, WindowManager
 from rase_common.channels import Sink, Source
 from rase_common.clock import ScaledClock, SteadyClock, WallClock
 from rase_common.errors import Backoff, Outage, StorageError
 from rase_common.kafka import KafkaSink
 from rase_common.loop import Wakeup, seconds_to_next_boundary
-from rase_common.mechanisms import Setting
 from rase_common.mqtt import MqttLink, MqttSink, MqttSource
 from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
@@ -91,9 +90,9 @@ class FogService(Service):
                                            eps_levels=own.eps_levels, x_min=own.x_min, x_max=own.x_max,
                                            lateness_periods=None), own)
         self.params = cfg.shuffler.params()
-        self.detector = self._make_detector(own)
-        self._alarms: list[Alarm] = []
-        self._schedule = None           # (protocol, its schedule): days for the detector
+        # Attacker detection (fog_shuffler.screening), None when [detection] is off.
+        self.screen = (DeviceScreen(own, cfg.detection.false_alarm_per_device_day, self.metrics.devices_quarantined)
+                       if cfg.detection.enabled else None)
         self.arrived, self.due, self.outbox_wakeup = Wakeup(), Wakeup(), Wakeup()
         self.wakeup = Wakeups(self.arrived, self.due)   # a driver moved a manual clock: look again
         self.storage = Outage("fog journal", log, gauge=self.metrics.storage_ok, backoff=Backoff(cap_s=1.0))
@@ -142,7 +141,8 @@ class FogService(Service):
         if self.leader is not None:
             self.leader.open(self.journal.db)
         self._restore()
-        self._restore_detection()
+        if self.screen is not None:
+            self.screen.restore(self.journal)
         self.outbox_size = len(self.journal.unsent())
         if self.cfg.metrics_port is not None:
             self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
@@ -266,7 +266,8 @@ class FogService(Service):
                 continue
             try:
                 rep = self._validate(msg, now_t)
-                self._screen(rep)
+                if self.screen is not None:
+                    self.screen.screen(rep)
                 outcome = self.windows.add(rep, now_t)
             except Rejected as err:
                 after.append((err.reason, str(err), None, msg))
@@ -280,17 +281,20 @@ class FogService(Service):
                 complete = complete or self.windows.complete(rep.region, rep.t)
             elif outcome is Outcome.ACCEPTED:
                 rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0, rep.mechanism))
-                self._observe(rep)
+                if self.screen is not None:
+                    self.screen.observe(rep, self.protocol)
                 complete = complete or self.windows.complete(rep.region, rep.t)
             elif outcome is Outcome.DUPLICATE:
                 dups.append((rep.region, rep.t))
             after.append((None, "", outcome, msg))
         try:
-            self.journal.add_reports(rows, dups, self._detection_write())
+            self.journal.add_reports(rows, dups, self.screen.write(self.clock.now()) if self.screen else None)
         except StorageError:
-            self._detection_rollback()
+            if self.screen is not None:
+                self.screen.rollback()
             raise
-        self._detection_commit()
+        if self.screen is not None:
+            self.screen.commit(self.windows.drop_device)
         if self.leader is not None:
             self.leader.commit(replies)
         self._count(after)
@@ -381,8 +385,8 @@ class FogService(Service):
         if not changed:
             return
         self.rules = rules_for(self.rules, self.protocol.current)
-        if self.detector is not None:
-            self.detector.configure(period_s=self.protocol.current.period_s, setting=Setting.of(self.protocol.current))
+        if self.screen is not None:
+            self.screen.follow(self.protocol.current)
         log.info("fog follows the control message from t=%d: %s", self.now_t(),
                  ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
         drift = self.protocol.drift()
@@ -401,7 +405,8 @@ class FogService(Service):
             # the outage extends the lateness horizon (windows close late, counted in close_delay).
             if not self.storage.down and not self._held:
                 try:
-                    self._apply_releases()
+                    if self.screen is not None:
+                        self.screen.apply_releases(self.journal)
                     await self._close_due()
                 except StorageError as err:
                     self._rebuild = True
@@ -476,76 +481,3 @@ class FogService(Service):
         self.outbox_size = max(0, self.outbox_size - 1)
         self.metrics.outbox_windows.set(self.outbox_size)
 
-    # -- attacker detection (fog_shuffler.detection) ------------------------------------
-    def _make_detector(self, own: Protocol) -> Detector | None:
-        d = self.cfg.detection
-        if not d.enabled:
-            return None
-        return Detector(period_s=own.period_s, setting=Setting.of(own), false_alarm=d.false_alarm_per_device_day)
-
-    def _restore_detection(self) -> None:
-        if self.detector is None:
-            return
-        self.detector = Detector(period_s=self.detector.period_s, setting=self.detector.setting,
-                                 false_alarm=self.detector.false_alarm,
-                                 states=dict(DeviceState.from_row(r) for r in self.journal.detector_states()),
-                                 quarantined=self.journal.quarantined_devices())
-        self._apply_releases()
-        self.metrics.devices_quarantined.set(len(self.detector.quarantined))
-        if self.detector.quarantined:
-            log.info("fog: %d device(s) stay quarantined (`rase fog release` lets one in again)",
-                     len(self.detector.quarantined))
-
-    def _screen(self, rep: Accepted) -> None:
-        if self.detector is not None and self.detector.is_quarantined(rep.device):
-            raise Rejected("quarantined_device", "the device failed the plausibility test")
-
-    def _observe(self, rep: Accepted) -> None:
-        p = self.protocol
-        if self.detector is None or (p.changed_at_t is not None and rep.t <= p.changed_at_t + p.grace):
-            # Around a control change a report may be made under the previous parameters
-            # (another range or mechanism): it is not scored against the new ones.
-            return
-        alarm = self.detector.observe(rep.device, rep.y, rep.eps, rep.mechanism, rep.t, self._day_of(rep.t))
-        if alarm is not None:
-            self._alarms.append(alarm)
-
-    def _day_of(self, t: int) -> int:
-        """The UTC day period t starts in, on the schedule the fog follows."""
-        current = self.protocol.current
-        if self._schedule is None or self._schedule[0] is not current:
-            self._schedule = (current, current.schedule)
-        return int(self._schedule[1].start_of(t) // SECONDS_PER_DAY)
-
-    def _detection_write(self) -> DetectionWrite | None:
-        if self.detector is None:
-            return None
-        now = self.clock.now()
-        return DetectionWrite(self.detector.staged_rows(), [(a.device, a.t, now, a.test) for a in self._alarms])
-
-    def _detection_rollback(self) -> None:
-        if self.detector is not None:
-            self.detector.rollback()
-        self._alarms = []
-
-    def _detection_commit(self) -> None:
-        if self.detector is None:
-            return
-        self.detector.commit()
-        for alarm in self._alarms:
-            self.windows.drop_device(alarm.device)     # the journal dropped its open reports in the same commit
-            log.warning(alarm.line())                  # the one log line that names the device
-        if self._alarms:
-            self.metrics.devices_quarantined.set(len(self.detector.quarantined))
-        self._alarms = []
-
-    def _apply_releases(self) -> None:
-        """Releases an operator asked for (`rase fog release` writes them to the journal)."""
-        if self.detector is None:
-            return
-        for device in self.journal.release_requests():
-            self.journal.release(device)
-            if self.detector.release(device):
-                log.warning("fog released device %s from quarantine (operator request): its reports enter "
-                            "windows again, with fresh statistics", device)
-        self.metrics.devices_quarantined.set(len(self.detector.quarantined))

@@ -127,9 +127,9 @@ def test_quarantine_release_and_nothing_per_device_leaves(tmp_path, caplog):
 
     async def second_run():
         async with Driver(cfg, clock) as drv2:      # a restart keeps the quarantine and the statistics
-            assert drv2.service.detector.is_quarantined(ATTACKER)
+            assert drv2.service.screen.detector.is_quarantined(ATTACKER)
             assert drv2.metric("rase_fog_devices_quarantined") == 1
-            assert {d: drv2.service.detector.states[d].reports for d in HONEST} == {d: n_attack + 5 for d in HONEST}
+            assert {d: drv2.service.screen.detector.states[d].reports for d in HONEST} == {d: n_attack + 5 for d in HONEST}
             t = n_attack + 8
             await drv2.period(t, drv2.top)
             assert drv2.metric("rase_fog_reports_rejected_total", reason="quarantined_device") == 1
@@ -143,7 +143,7 @@ def test_quarantine_release_and_nothing_per_device_leaves(tmp_path, caplog):
 
     drv2 = asyncio.run(second_run())
     assert quarantined_in(cfg.journal_path) == []
-    assert not drv2.service.detector.is_quarantined(ATTACKER)
+    assert not drv2.service.screen.detector.is_quarantined(ATTACKER)
     assert any("released device" in r.getMessage() for r in caplog.records)
 
 
@@ -157,7 +157,7 @@ def test_detection_off(tmp_path):
             return drv
 
     drv = asyncio.run(run())
-    assert drv.service.detector is None
+    assert drv.service.screen is None
     assert drv.metric("rase_fog_devices_quarantined") == 0
     assert drv.metric("rase_fog_reports_rejected_total", reason="quarantined_device") == 0
 
