@@ -189,9 +189,9 @@ class UtilityResult:
 
 
 def _series(est: dict[str, np.ndarray], true_mean: np.ndarray, n: np.ndarray, x_range: float,
-            period_s: float) -> dict:
+            period_s: float, mechanism_name: str = "br") -> dict:
     return {"mean": est["mean"], "lo": est["mean_lo"], "hi": est["mean_hi"], "truth": true_mean, "n": n,
-            "x_range": x_range, "period_s": period_s}
+            "x_range": x_range, "period_s": period_s, "mechanism": mechanism_name}
 
 
 def utility_from_simulation(data_dir: Path, houses: list[int], eps_list, *, hours: float, start_offset_s: float = 0,
@@ -210,7 +210,7 @@ def utility_from_simulation(data_dir: Path, houses: list[int], eps_list, *, hour
         est = simulate_estimates(x, eps, cal, bootstrap_b=bootstrap_b,
                                  seed=None if seed is None else seed * 1000 + i, mechanism_name=mechanism_name)
         table[eps] = errors(est, true_mean, windows_w)
-        series[eps] = _series(est, true_mean, est["n"], cal.x_max - cal.x_min, period_s)
+        series[eps] = _series(est, true_mean, est["n"], cal.x_max - cal.x_min, period_s, mechanism_name)
         # Clipping to [x_min, x_max] is a bias no estimator removes: shown beside the errors.
         ok = ~np.isnan(est["clip_truth"]) & ~np.isnan(true_mean)
         table[eps]["floors"] = {"laplace_mae": laplace_floor_mae(est["n"], eps, cal),
@@ -270,14 +270,14 @@ def score_replay(data_dir: Path, path: Path, windows_w: tuple[int, ...] = (64,))
             if 0 <= r["t"] - t0 < n_t:
                 per_t[r["t"] - t0] = r["n"]
         span = {"hourly": 3600.0, "daily": 86400.0}[product]
-        return params, row, n_t, _series(est, true_mean, per_t, cal.x_max - cal.x_min, span)
+        return params, row, n_t, _series(est, true_mean, per_t, cal.x_max - cal.x_min, span, mech)
     x = readings_matrix(devices, params["epoch0"], params["period_s"], t0, n_t)
     n = (~np.isnan(x)).sum(axis=0)
     row["floors"] = {"central_mae": central_floor_mae(n, eps, cal), "laplace_mae": laplace_floor_mae(n, eps, cal),
                      "duchi_mae": duchi_floor_mae(x, eps, cal), "mechanism": mech,
                      "mechanism_mae": mechanism_floor_mae(x, eps, mech, cal.x_min, cal.x_max, cal.gamma),
                      "clip_bias": 0.0}
-    return params, row, n_t, _series(est, true_mean, n, cal.x_max - cal.x_min, params["period_s"])
+    return params, row, n_t, _series(est, true_mean, n, cal.x_max - cal.x_min, params["period_s"], mech)
 
 
 def _secure_floor(n: np.ndarray, eps: float, cal: Calibration) -> float:
@@ -357,7 +357,7 @@ def plot_utility(res: UtilityResult, windows_w: tuple[int, ...], path: Path, ser
         n = s["n"][s["n"] > 0]
         mean_panels(axes[1, 0], axes[1, 1], x, mean=s["mean"], lo=s["lo"], hi=s["hi"], truth=s["truth"], w=w,
                     n=float(np.median(n)) if n.size else float("nan"), eps=shown, x_range=s["x_range"],
-                    xlabel="hours")
+                    xlabel="hours", mechanism_name=s.get("mechanism", "br"))
         axes[1, 0].set_title(f"The mean at eps = {shown:g}, per timestamp", fontsize=10)
         axes[1, 1].set_title(f"The mean at eps = {shown:g}, averaged over the last {w} timestamps", fontsize=10)
     fig.suptitle(f"RASE utility on REFIT: {res.devices} appliances, {res.timestamps} timestamps ({res.source})")

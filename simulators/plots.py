@@ -45,13 +45,22 @@ def windowed_truth(truth: np.ndarray, w: int) -> np.ndarray:
         return np.where(k > 0, s / k, np.nan)
 
 
-def why_wide(n: float, eps: float, x_range: float, half_width: float, truth: float) -> str:
-    """Words for a per-timestamp panel: where the width comes from."""
-    lam = x_range / eps
-    return (f"Why so wide: each device adds Laplace noise of scale (x_max − x_min) / ε = {lam:,.0f} W to its own\n"
-            f"reading before it leaves the device (sd {math.sqrt(2) * lam:,.0f} W). The mean of n = {n:.0f} reports "
-            f"keeps 1/√n of it:\na 95% interval of about ±{half_width:,.0f} W per timestamp, around a true mean of "
-            f"{truth:,.0f} W.")
+def why_wide(n: float, eps: float, x_range: float, half_width: float, truth: float, mechanism_name: str = "br") -> str:
+    """Words for a per-timestamp panel: where the width comes from (the
+    mechanism's exact per-report sd at the true mean, from the registry)."""
+    from edge_agent.randomizer import Calibration
+    from rase_common.mechanisms import Setting, mechanism
+
+    setting = Setting.of(Calibration(x_min=0.0, x_max=x_range))
+    try:
+        sd = math.sqrt(float(mechanism(mechanism_name).report_variances(setting, eps, np.array([max(truth, 0.0)]))[0]))
+    except (AttributeError, NotImplementedError, TypeError, ValueError):   # not a local mechanism (prio3)
+        return (f"The 95% interval is about ±{half_width:,.0f} W per timestamp ({mechanism_name}, ε = {eps:g}, "
+                f"n = {n:.0f}),\naround a true mean of {truth:,.0f} W.")
+    return (f"Why so wide: each device randomizes its own reading ({mechanism_name}, ε = {eps:g}) before it leaves "
+            f"the device:\nover a {x_range:,.0f} W range a report's sd is {sd:,.0f} W. The mean of n = {n:.0f} "
+            f"reports keeps 1/√n of it:\na 95% interval of about ±{half_width:,.0f} W per timestamp, around a true "
+            f"mean of {truth:,.0f} W.")
 
 
 def why_narrower(w: int, half_width: float, half_width_t: float) -> str:
@@ -61,7 +70,7 @@ def why_narrower(w: int, half_width: float, half_width_t: float) -> str:
 
 def mean_panels(ax_t, ax_w, x: np.ndarray, *, mean: np.ndarray, lo: np.ndarray, hi: np.ndarray,  # noqa: ANN001
                 truth: np.ndarray, w: int, n: float, eps: float, x_range: float, xlabel: str,
-                win: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+                win: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, mechanism_name: str = "br") -> None:
     """Per-timestamp panel (ax_t) and windowed panel (ax_w): band, then truth,
     then the mean drawn last, so nothing hides it. `win` is (mean, lo, hi) of
     the windowed mean as published; without it, windowed_band computes it."""
@@ -73,7 +82,7 @@ def mean_panels(ax_t, ax_w, x: np.ndarray, *, mean: np.ndarray, lo: np.ndarray, 
     ax_t.set_title("Per timestamp", fontsize=10)
     ax_t.set_xlabel(xlabel)
     ax_t.set_ylabel("mean power per appliance (W)")
-    ax_t.text(0.01, 0.02, why_wide(n, eps, x_range, half_t, float(np.nanmean(truth))), transform=ax_t.transAxes,
+    ax_t.text(0.01, 0.02, why_wide(n, eps, x_range, half_t, float(np.nanmean(truth)), mechanism_name), transform=ax_t.transAxes,
               fontsize=7.5, va="bottom", ha="left", bbox={"facecolor": "white", "alpha": 0.85, "lw": 0})
     ax_t.legend(loc="upper right", fontsize=8)
 

@@ -21,12 +21,12 @@ EPOCH0 = 1_700_000_000.0
 
 
 def window(region: str, t: int, value: float) -> str:
-    return WindowMessage.uniform(region, t, [value] * 10).model_dump_json()
+    return WindowMessage.uniform(region, t, [value] * 10, kind="br").model_dump_json()
 
 
 def test_forged_windows_change_no_aggregate(mosquitto, tmp_path):
     cfg = FusionConfig.load(None, name="forge", regions=["r1", "r2"], merge_deadline_s=30.0, bootstrap_b=50,
-                            store_path=tmp_path / "f.sqlite", precision={"period_s": 8.0, "epoch0": EPOCH0},
+                            store_path=tmp_path / "f.sqlite", precision={"period_s": 8.0, "epoch0": EPOCH0, "mechanism": "br"},
                             broker={"port": mosquitto.port})
     clock = ManualClock(EPOCH0 + 100 * 8.0 + 1)        # t = 100
     source = MemorySource()
