@@ -32,6 +32,7 @@ async def run_fog_through_outage(tansu, tmp_path) -> tuple[FogService, dict]:
     kafka = KafkaConfig(bootstrap_servers=tansu.bootstrap, idempotent=False, topic="outage.windows",
                         request_timeout_s=2.0)
     cfg = FogConfig.load(None, name="outage", regions={"r1": {"devices": DEVICES}}, period_s=8.0, k_min=10,
+                         device_mechanism="br",
                          lateness_periods=0, journal_path=tmp_path / "fog.sqlite", sink="kafka",
                          kafka=kafka.model_dump())
     clock = ManualClock(0.0)
