@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from edge_agent.mechanisms import MEAN_MECHANISMS
 from rase_common.privacy import privacy_over_time
 from rase_common.protocol.aggregate import Aggregate, CentralTargetCheck, Clipping, EstimateOut, PrivacyUnit
 from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.window import WindowMessage
 
-MEAN_KINDS = ("br", "duchi", "piecewise", "hybrid")    # the reports estimate a mean reading in W
+MEAN_KINDS = MEAN_MECHANISMS    # the reports estimate a mean reading in W
 
 
 def iso_utc(unix_s: float) -> str:

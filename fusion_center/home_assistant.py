@@ -27,12 +27,13 @@ import json
 import math
 import re
 
+from edge_agent.mechanisms import MEAN_MECHANISMS
 from rase_common.protocol import topics
 
 DISCOVERY_PREFIX = "homeassistant"
 SCHEMA_VERSION = "1"                   # Aggregate.v, as the user property "rase-schema"
 CONTENT_TYPE = "application/json"
-POWER_KINDS = ("br", "duchi", "piecewise", "hybrid")   # mechanisms whose estimates are watts
+POWER_KINDS = MEAN_MECHANISMS   # mechanisms whose estimates are watts
 
 LABELS = {"mean": "Mean power (unbiased, use this)", "bs": "Mean power, bootstrap",
           "se": "Paper's sample mean (biased when clamped)", "mle": "Paper's weighted median",

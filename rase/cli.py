@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from edge_agent.mechanisms import ALL_MECHANISMS, DEFAULT_MECHANISM
+from edge_agent.mechanisms import ALL_MECHANISMS, DEFAULT_MECHANISM, MEAN_MECHANISMS
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from rase_common.errors import ConfigError
 from rase_common.service import run_service
@@ -598,7 +598,7 @@ def _eval_poison(args: argparse.Namespace, data: Path, out: Path) -> int:
     from simulators.poison import as_json, format_rows, run_poison
 
     eps = float(args.eps_attack)
-    mechanisms = [m for m in (args.mechanisms or "br,duchi,piecewise,hybrid").split(",") if m]
+    mechanisms = [m for m in (args.mechanisms or ",".join(MEAN_MECHANISMS)).split(",") if m]
     fractions = [float(f) for f in args.fractions.split(",")]
     rows = run_poison(data, args.houses, eps=eps, hours=args.hours, clone=args.clone, fractions=fractions,
                       mechanisms=mechanisms, seed=args.seed,
@@ -901,8 +901,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "--span-hours (each costs its eps; default %(default)s)")
     ca.add_argument("--span-hours", type=float, default=24.0, help="hours the reports are spread over "
                     "(default %(default)s)")
-    ca.add_argument("--mechanism", default="br", choices=["br", "duchi", "piecewise", "hybrid"],
-                    help="the deployment's mean mechanism, whose noise the range is weighed against")
+    ca.add_argument("--mechanism", default=DEFAULT_MECHANISM, choices=list(MEAN_MECHANISMS),
+                    help="the deployment's mean mechanism, whose noise the range is weighed against "
+                         "(default %(default)s)")
     ca.add_argument("--repeats", type=int, default=1, help="run the calibration this many times (simulation): "
                     "prints the spread of the choice and writes the most frequent one")
     ca.add_argument("--check-hours", type=float, default=3.0, help="simulate the deployment at the chosen range "

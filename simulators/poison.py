@@ -33,6 +33,7 @@ from typing import Callable
 
 import numpy as np
 
+from edge_agent.mechanisms import MEAN_MECHANISMS
 from fog_shuffler.detection import Detector
 from fog_shuffler.ingest import IngestRules, y_rejection
 from rase_common.mechanisms import Setting, mechanism
@@ -42,7 +43,7 @@ from simulators.pipeline import fleet
 from simulators.refit import epoch0_of, load_house
 
 BEHAVIOURS = ("largest output", "false reading", "beyond range")
-DEFAULT_MECHANISMS = ("br", "duchi", "piecewise", "hybrid")
+DEFAULT_MECHANISMS = MEAN_MECHANISMS
 
 
 @dataclass(frozen=True)
