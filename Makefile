@@ -108,14 +108,17 @@ stubs: .tools/stubs/esp32/.installed .tools/stubs/rp2/.installed
 deps-test: venv mosquitto faults observe-tools dashboard micropython umqtt stubs
 
 # pytest exits 5 when it ran no test; that must fail the build, and it does
-# because make fails on any non-zero exit.
+# because make fails on any non-zero exit (each of the two runs must find tests).
+# Tests without real brokers run on both cores (pytest-xdist); the integration
+# tests, which start brokers and processes and wait on them, one at a time.
 test: deps-test
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -n 2 -m "not integration" $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -m integration $(PYTEST_ARGS)
 
 # The fast loop: tests that need no broker, no node and no download (a few
 # hundred examples per property test). The venv must exist (make venv).
 unit: venv
-	$(PY) -m pytest -q -m "not integration and not micropython" tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not integration and not micropython" tests/unit $(PYTEST_ARGS)
 
 demo: venv
 	@$(VENV)/bin/rase demo

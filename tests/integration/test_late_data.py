@@ -48,10 +48,10 @@ def test_reports_queued_through_a_broker_outage_reach_revised_aggregates(own_mos
     broker = {"port": own_mosquitto.port}
     fusion = ServiceThread(FusionService(FusionConfig.load(
         None, name="late", regions=["r1"], merge_deadline_s=16.0, bootstrap_b=50, store_path=tmp_path / "f.sqlite",
-        precision={"period_s": 8.0, "epoch0": EPOCH0}, broker=broker), clock=clock))
+        precision={"period_s": 8.0, "epoch0": EPOCH0, "mechanism": "br"}, broker=broker), clock=clock))
     fog_svc = FogService(FogConfig.load(None, name="late", regions={"r1": {"devices": DEVICES + LATECOMERS}},
                                         period_s=8.0, epoch0=EPOCH0, k_min=5, lateness_periods=3,
-                                        allowed_lateness_s=600.0,
+                                        allowed_lateness_s=600.0, device_mechanism="br",   # latecomers send 250 W
                                         journal_path=tmp_path / "fog.sqlite", broker=broker), clock=clock)
     fog = ServiceThread(fog_svc)
     rec = Recorder(own_mosquitto.port, ["rase/v1/aggregates/t/#", "rase/v1/windows/#"], client_id="late-rec")
