@@ -109,11 +109,12 @@ deps-test: venv mosquitto faults observe-tools dashboard micropython umqtt stubs
 
 # pytest exits 5 when it ran no test; that must fail the build, and it does
 # because make fails on any non-zero exit (each of the two runs must find tests).
-# Tests without real brokers run on both cores (pytest-xdist); the integration
-# tests, which start brokers and processes and wait on them, one at a time.
+# Two workers (pytest-xdist): first the tests without real brokers (CPU-bound),
+# then the integration tests, which start brokers and processes and mostly wait
+# on them, so that CPU-heavy unit tests never share the machine with them.
 test: deps-test
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -n 2 -m "not integration" $(PYTEST_ARGS)
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -m integration $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -n 2 -m integration $(PYTEST_ARGS)
 
 # The fast loop: tests that need no broker, no node and no download (a few
 # hundred examples per property test). The venv must exist (make venv).
