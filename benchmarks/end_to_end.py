@@ -3,7 +3,9 @@ process(es) -> `rase fusion` process -> a subscriber, all real processes on
 loopback, against the same broker's raw ceilings measured in the same run.
 
     python benchmarks/end_to_end.py [--devices 10000] [--windows 20] [--publishers 3]
-                                    [--rounds 1] [--no-two-fogs] [--json]
+                                    [--rounds 1] [--no-two-fogs]
+                                    [--mechanism br|prio3] [--prio3-windows 8] [--prio3-pace 8]
+                                    [--json]
 
 Measured, in this order, `--rounds` times:
 - ceiling, C subscriber: P load-generator processes -> Mosquitto ->
@@ -22,6 +24,27 @@ Measured, in this order, `--rounds` times:
   for this benchmark only): what the durable acknowledgements cost;
 - two fogs, one region each, the same total load (FULL); `--no-two-fogs`
   leaves it out.
+These local-DP runs send BR reports (a grid value each), so the services run
+mechanism "br" (the deployment default is Duchi).
+
+With `--mechanism prio3`, beside them in the same round, the secure-aggregation
+mode: one `rase fog` as Prio3's leader, `rase fusion` as its helper (MQTT
+between them), Prio3Sum reports of 12-bit readings (0..4000), noise on both
+sides, the journal FULL. The load generators make their reports before the
+start (rase_common.vdaf.fast_client: the device's bytes, faster), then all
+start together. Two runs of `--prio3-windows` windows of `--devices` reports:
+- throughput, sent as fast as possible: reports/s to the last batch
+  forwarded (its first part seen on rase/v1/windows) and to the last
+  aggregate seen, against both ceilings and the local-DP fog (FULL);
+- latency, a window every `--prio3-pace` s (devices reporting every period):
+  close-to-aggregate p50/p99, where a window's latency is the leader's close
+  (shuffle, verify_init, journal; from the fog's log) plus its batch seen ->
+  its aggregate seen (both aggregators' verification, the exchange of
+  verifier shares and the aggregate shares);
+and reports lost in each (sent - sum of n over aggregates; must be 0). Their
+CPU per report is counted from the start to the last aggregate, the fusion
+center's with its decryption worker processes; the paced run's rate is the
+offered load (`--devices` / `--prio3-pace`).
 
 Every run also gives the CPU time each process spent per report (fog,
 fusion center, Mosquitto, load generators, and this script, which holds the
@@ -38,6 +61,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import re
 import shutil
 import sqlite3
 import statistics
@@ -46,6 +70,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +86,8 @@ from simulators.loadgen import connect, publish_all, publish_packet  # noqa: E40
 PERIOD_S = 1.0
 LATENESS = 100_000          # windows close only when all their devices reported
 PROBE_TOPIC = "rase/v1/reports/probe/probe"
+PRIO3_MAX = 4000            # Prio3Sum of readings on the 0..4000 W grid (12 bits)
+BARRIER_TIMEOUT_S = 1800    # making prio3 reports is dear on a loaded machine
 
 
 def _device(region: str, i: int) -> str:
@@ -78,8 +105,35 @@ def _reports(regions: list[str], devices: int, windows: int, t0: int, part: int,
     return out
 
 
+class Prio3Reports:
+    """Picklable: makes a load generator's share of the Prio3Sum reports
+    (every window's reports of devices part::parts), sealed to the helper's
+    key, in the load generator's process (publish_all calls it)."""
+
+    def __init__(self, public_key: str, region: str, devices: int, windows: int, t0: int, part: int, parts: int):
+        self.args = (public_key, region, devices, windows, t0, part, parts)
+
+    def __call__(self) -> list[tuple[str, str]]:
+        from edge_agent.prio3 import prio3_sum
+        from edge_agent.secagg import encode_report, report_ctx
+        from rase_common.vdaf.fast_client import FastPrio3, fast_make_report
+
+        pk, region, devices, windows, t0, part, parts = self.args
+        vdaf = FastPrio3(prio3_sum(PRIO3_MAX))
+        out = []
+        for k in range(windows):
+            ctx = report_ctx(region, "per-t", t0 + k)
+            for i in range(part, devices, parts):
+                m = (i * 37 + k * 11) % (PRIO3_MAX + 1)
+                report = fast_make_report(vdaf, ctx, m, bytes.fromhex(pk))
+                out.append((wire.report_topic(region, _device(region, i)), encode_report(t0 + k, 1.0, k + 1, report)))
+        return out
+
+
 class Subscriber:
-    """Counts reports, and times windows and aggregates by t (paho)."""
+    """Counts reports, and times windows and aggregates by t (paho). A prio3
+    window is timed by its batch's first part (the leader closed it); the
+    leader's aggregate share, also on rase/v1/windows, is not a window."""
 
     def __init__(self, port: int, topics: list[str]):
         self.lock = threading.Lock()
@@ -107,7 +161,12 @@ class Subscriber:
                 self.last = now
             elif msg.topic.startswith("rase/v1/windows/"):
                 w = json.loads(msg.payload)
-                self.windows[(w["region"], w["t"])] = now
+                if w.get("type") == "prio3_share":
+                    return
+                if w.get("type") == "prio3_batch":
+                    self.windows.setdefault((w["region"], w["t"]), now)
+                else:
+                    self.windows[(w["region"], w["t"])] = now
                 self.last = now
             elif msg.topic.startswith("rase/v1/aggregates/t/"):
                 a = json.loads(msg.payload)
@@ -179,37 +238,90 @@ class CSubscriber:
         self._reader.join(5)
 
 
-def _proc_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a live process (Linux /proc), or None."""
+def _proc_cpu_s(pid: int, with_children: bool = False) -> float | None:
+    """User + system CPU seconds of a live process (Linux /proc), or None.
+    with_children: and of its descendants, live (their own /proc) or ended
+    and waited for (its cutime and cstime)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICK
+        own = (int(fields[11]) + int(fields[12])) / _TICK
+        if not with_children:
+            return own
+        own += (int(fields[13]) + int(fields[14])) / _TICK
+        for child in _children(pid):
+            own += _proc_cpu_s(child, True) or 0.0      # ended meanwhile: in our cutime next time
+        return own
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of pid (every thread's, /proc/<pid>/task/<tid>/children)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass      # the thread ended
+    return out
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _loadgen(port: int, cid: str, msgs: list[tuple[str, str]], start_at: float, cpu: mp.Queue) -> None:
-    """publish_all, reporting the CPU seconds spent from start_at on (after
-    the packets were encoded) in cpu."""
-    at_start: list[float] = []
-    timer = threading.Timer(max(0.0, start_at - time.time()), lambda: at_start.append(time.process_time()))
-    timer.start()
-    publish_all(port, cid, msgs, start_at)
-    timer.join()
-    cpu.put(time.process_time() - at_start[0])
+class _StartGate:
+    """publish_all's start_at: waits for a Unix time or at a barrier (once the
+    packets are encoded), then notes the CPU time spent so far, so a load
+    generator's CPU is counted from the start only."""
+
+    def __init__(self, start_at):  # noqa: ANN001 - a Unix time or a multiprocessing Barrier
+        self.start_at = start_at
+        self.cpu_at_start = 0.0
+
+    def wait(self) -> None:
+        if isinstance(self.start_at, (int, float)):
+            while time.time() < self.start_at:
+                time.sleep(0.001)
+        else:
+            self.start_at.wait(timeout=BARRIER_TIMEOUT_S)
+        self.cpu_at_start = time.process_time()
 
 
-def _run_publishers(port: int, per_proc: list[list[tuple[str, str]]]) -> tuple[float, float]:
-    """(the time the load generators started, their CPU seconds from then on)."""
-    start_at = time.time() + 1.0
+def _loadgen(port: int, cid: str, msgs, start_at, pace: tuple[int, float] | None,  # noqa: ANN001
+             cpu: mp.Queue) -> None:
+    """publish_all, reporting in cpu the CPU seconds spent from the start on."""
+    gate = _StartGate(start_at)
+    publish_all(port, cid, msgs, gate, pace)
+    cpu.put(time.process_time() - gate.cpu_at_start)
+
+
+def _run_publishers(port: int, per_proc: list, made_first: bool = False,
+                    pace: list[tuple[int, float]] | None = None) -> tuple[float, float]:
+    """Start the load generators together: (the time they started, their CPU
+    seconds from then on). per_proc: each one's messages, or a callable that
+    makes them in its process. made_first: each makes its messages first
+    (prio3 reports are dear), then all start at once. pace: per load
+    generator, (its messages per window, seconds between windows)."""
+    barrier = mp.Barrier(len(per_proc) + 1) if made_first else None
+    start_at = barrier or time.time() + 1.0
     cpu: mp.Queue = mp.Queue()
-    procs = [mp.Process(target=_loadgen, args=(port, f"bench-pub-{i}-{os.getpid()}", msgs, start_at, cpu))
+    procs = [mp.Process(target=_loadgen, args=(port, f"bench-pub-{i}-{os.getpid()}", msgs, start_at,
+                                               pace[i] if pace else None, cpu))
              for i, msgs in enumerate(per_proc)]
     for p in procs:
         p.start()
+    if barrier is not None:
+        deadline = time.time() + BARRIER_TIMEOUT_S
+        while barrier.n_waiting < len(procs):     # a load generator that died never reaches it
+            if any(p.exitcode not in (None, 0) for p in procs) or time.time() > deadline:
+                barrier.abort()
+                break
+            time.sleep(0.1)
+        try:
+            barrier.wait(timeout=60)
+        except threading.BrokenBarrierError:
+            pass                                  # the exit codes below say which failed
+        start_at = time.time()
     for p in procs:
         p.join()
     if any(p.exitcode != 0 for p in procs):
@@ -220,10 +332,13 @@ def _run_publishers(port: int, per_proc: list[list[tuple[str, str]]]) -> tuple[f
 class CpuSampler:
     """Every 50 ms: the machine's busy jiffies (/proc/stat) and each watched
     process group's CPU time, so a run can say how many cores were busy and
-    what each process spent per report (Linux only; empty elsewhere)."""
+    what each process spent per report (Linux only; empty elsewhere). The
+    groups named in with_children count their processes' descendants too
+    (the fusion center's decryption workers)."""
 
-    def __init__(self, groups: dict[str, list[int]]):
+    def __init__(self, groups: dict[str, list[int]], with_children: tuple[str, ...] = ()):
         self.groups = groups
+        self.with_children = with_children
         self.samples: list[tuple[float, float, float, dict[str, float]]] = []   # (time, busy, total, cpu by group)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -236,7 +351,7 @@ class CpuSampler:
             return None
         by_group = {}
         for name, pids in self.groups.items():
-            got = [_proc_cpu_s(pid) for pid in pids]
+            got = [_proc_cpu_s(pid, name in self.with_children) for pid in pids]
             if any(g is None for g in got):
                 return None
             by_group[name] = sum(got)
@@ -305,16 +420,30 @@ def ceiling_c(port: int, broker_pid: int, publishers: int, devices: int, windows
 
 
 def _write_configs(work: Path, port: int, regions: list[str], devices: int, fog_groups: list[list[str]],
-                   tag: str) -> list[Path]:
+                   tag: str, keys: dict | None = None) -> list[Path]:
+    """The fusion center's config, then each fog's. Without keys: mechanism
+    "br", what _reports makes. keys (rase_common.secagg.write_keys): a prio3
+    deployment, Prio3Sum on the 0..PRIO3_MAX grid, eps 1 per release."""
     fusion = work / "fusion.toml"
+    if keys:
+        precision = (f'eps_levels = [1.0]\nmechanism = "prio3"\n[precision.prio3]\nkind = "sum"\n'
+                     f'max_measurement = {PRIO3_MAX}\ndp_eps = 1.0\nkey_id = "{keys["key_id"]}"\n')
+        helper = (f'[prio3]\nprivate_key_file = "{keys["private_key_file"]}"\nkey_id = "{keys["key_id"]}"\n'
+                  f'verify_key_file = "{keys["verify_key_file"]}"\n')
+        device = 'device_mechanism = "prio3"\neps_levels = [1.0]\n'
+        leader = (f'[prio3]\nverify_key_file = "{keys["verify_key_file"]}"\n[prio3.params]\nkind = "sum"\n'
+                  f'max_measurement = {PRIO3_MAX}\ndp_eps = 1.0\nkey_id = "{keys["key_id"]}"\n')
+    else:
+        precision, helper, device, leader = 'mechanism = "br"\n', "", 'device_mechanism = "br"\n', ""
     fusion.write_text(f'name = "bench-{tag}"\nregions = {json.dumps(regions)}\nmerge_deadline_s = 30\n'
                       f'store_path = "{work}/fusion.sqlite"\ntick_s = 0.01\n'
-                      f"[precision]\nperiod_s = {PERIOD_S}\n[broker]\nport = {port}\n")
+                      f"[precision]\nperiod_s = {PERIOD_S}\n{precision}[broker]\nport = {port}\n{helper}")
     paths = [fusion]
     for i, owned in enumerate(fog_groups):
         # A fresh name per run: the fog's broker session is persistent.
         text = (f'name = "bench-fog{i}-{tag}"\nperiod_s = {PERIOD_S}\nepoch0 = 0\nlateness_periods = {LATENESS}\n'
-                f'k_min = 10\njournal_path = "{work}/fog{i}.sqlite"\ntick_s = 0.01\n[broker]\nport = {port}\n')
+                f'k_min = 10\njournal_path = "{work}/fog{i}.sqlite"\ntick_s = 0.01\n{device}'
+                f"[broker]\nport = {port}\n{leader}")
         for region in owned:
             devs = [_device(region, d) for d in range(devices)]
             groups = [devs[j:j + 9] for j in range(0, devices, 9)]
@@ -325,8 +454,9 @@ def _write_configs(work: Path, port: int, regions: list[str], devices: int, fog_
     return paths
 
 
-def _start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rase.cli", "--log-level", "WARNING", *args],
+def _start(args: list[str], log: Path, env: dict[str, str] | None = None, level: str = "WARNING"
+           ) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rase.cli", "--log-level", level, *args],
                             stdout=open(log, "ab"), stderr=subprocess.STDOUT, cwd=ROOT,
                             env={**os.environ, **(env or {})})
 
@@ -342,8 +472,9 @@ def _clear_retained_control(port: int) -> None:
 
 def _wait_ready(port: int, sub: Subscriber, journals: dict[str, Path], timeout_s: float = 60.0) -> None:
     """Until the fusion center published its control message and every fog
-    took a probe report (from an unregistered device: rejected, quarantined
-    in its journal, never counted in a window), so no report of the load is
+    took a probe report (`{}` from an unregistered device: rejected, as
+    wrong_type by a local-DP or a prio3 leader fog alike, quarantined in its
+    journal, never counted in a window), so no report of the load is
     published before the services subscribed, however loaded the machine."""
     probe = connect(port, f"bench-probe-{os.getpid()}")
     deadline = time.time() + timeout_s
@@ -367,24 +498,57 @@ def _wait_ready(port: int, sub: Subscriber, journals: dict[str, Path], timeout_s
         probe.close()
 
 
+@contextmanager
+def _services(port: int, work: Path, fusion_cfg: Path, fog_cfgs: list[Path], journals: dict[str, Path],
+              fog_env: dict[str, str] | None = None, fog_level: str = "WARNING"):
+    """`rase fusion` and one `rase fog` per config, and a subscriber to
+    windows, aggregates and the control message; yields (subscriber, fusion
+    process, fog processes) once they are ready, stops them after."""
+    _clear_retained_control(port)
+    fusion = _start(["fusion", "--config", str(fusion_cfg)], work / "fusion.log")
+    fogs = [_start(["fog", "--config", str(c)], work / f"{c.stem}.log", fog_env, fog_level) for c in fog_cfgs]
+    sub = Subscriber(port, ["rase/v1/windows/#", "rase/v1/aggregates/t/#", wire.CONTROL_TOPIC])
+    try:
+        _wait_ready(port, sub, journals)
+        yield sub, fusion, fogs
+    finally:
+        sub.close()
+        for p in [fusion, *fogs]:
+            p.terminate()
+        for p in [fusion, *fogs]:
+            p.wait(15)
+
+
+def _say_why_lost(work: Path, result: dict) -> dict:
+    """A run that lost reports says so on stderr, with the end of each service's log (gone with the run's
+    directory otherwise)."""
+    if result["lost"]:
+        print(f"  {result['lost']} of {result['reports']} reports lost; the services' logs end:", file=sys.stderr)
+        for log in sorted(work.glob("*.log")):
+            print(f"  --- {log.name}\n" + "\n".join(log.read_text().splitlines()[-12:]), file=sys.stderr)
+    return result
+
+
+def _percentiles(values: list[float]) -> dict:
+    """p50 and p99 (ms) of latencies in seconds."""
+    lat = sorted(values)
+    return {"latency_p50_ms": 1000 * lat[len(lat) // 2] if lat else None,
+            "latency_p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None}
+
+
 def pipeline(port: int, broker_pid: int, fogs: int, publishers: int, devices: int, windows: int,
              synchronous: str = "FULL") -> dict:
-    """`fogs` fog processes, one region each, each region `devices` devices."""
+    """`fogs` fog processes, one region each, each region `devices` devices (local DP, BR)."""
     regions = [f"r{i + 1}" for i in range(fogs)]
     tag = f"{os.getpid()}-{time.monotonic_ns()}"
     with tempfile.TemporaryDirectory(prefix="rase-e2e-") as tmp:
         work = Path(tmp)
         fusion_cfg, *fog_cfgs = _write_configs(work, port, regions, devices, [[r] for r in regions], tag)
-        _clear_retained_control(port)
-        fusion = _start(["fusion", "--config", str(fusion_cfg)], work / "fusion.log")
-        fog_procs = [_start(["fog", "--config", str(c)], work / f"{c.stem}.log", {SYNCHRONOUS_ENV: synchronous})
-                     for c in fog_cfgs]
-        procs = [fusion, *fog_procs]
-        sub = Subscriber(port, ["rase/v1/windows/#", "rase/v1/aggregates/t/#", wire.CONTROL_TOPIC])
-        cpu = CpuSampler({"fog": [p.pid for p in fog_procs], "fusion": [fusion.pid], "broker": [broker_pid],
-                          "subscriber (this script)": [os.getpid()]})
-        try:
-            _wait_ready(port, sub, {r: work / f"fog{i}.sqlite" for i, r in enumerate(regions)})
+        journals = {r: work / f"fog{i}.sqlite" for i, r in enumerate(regions)}
+        with _services(port, work, fusion_cfg, fog_cfgs, journals, {SYNCHRONOUS_ENV: synchronous}) as (
+                sub, fusion, fog_procs):
+            cpu = CpuSampler({"fog": [p.pid for p in fog_procs], "fusion": [fusion.pid], "broker": [broker_pid],
+                              "subscriber (this script)": [os.getpid()]})
             t0 = int(time.time() // PERIOD_S) - LATENESS // 2
             parts = [_reports(regions, devices, windows, t0, i, publishers) for i in range(publishers)]
             sent = sum(len(p) for p in parts)
@@ -394,71 +558,145 @@ def pipeline(port: int, broker_pid: int, fogs: int, publishers: int, devices: in
             while (len(sub.windows) < expect or len(sub.aggregates) < windows) and time.time() < deadline:
                 time.sleep(0.05)
             time.sleep(0.5)
-        finally:
-            sub.close()
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(15)
         last_window = max(sub.windows.values()) if sub.windows else float("nan")
         by_t = {}
         for t, (at, _n) in sorted(sub.aggregates.items()):
             seen = [ts for (r, tt), ts in sub.windows.items() if tt == t]
             if seen:
                 by_t[t] = at - max(seen)
-        lat = sorted(by_t.values())
         n_agg = sum(n for _at, n in sub.aggregates.values())
         secs = last_window - started
         use = cpu.between(started, last_window, sent)
         _cpu_us(use, "load generators", gen_cpu, sent)
-        return {"fogs": fogs, "synchronous": synchronous, "reports": sent, "seconds": secs, "rate": sent / secs,
-                **use, "windows": len(sub.windows), "aggregates": len(sub.aggregates), "lost": sent - n_agg,
-                "latency_ms_in_t_order": [round(1000 * v) for v in by_t.values()],
-                "latency_p50_ms": 1000 * lat[len(lat) // 2] if lat else None,
-                "latency_p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None}
+        result = {"fogs": fogs, "synchronous": synchronous, "reports": sent, "seconds": secs, "rate": sent / secs,
+                  **use, "windows": len(sub.windows), "aggregates": len(sub.aggregates), "lost": sent - n_agg,
+                  "latency_ms_in_t_order": [round(1000 * v) for v in by_t.values()],
+                  **_percentiles(list(by_t.values()))}
+        return _say_why_lost(work, result)
+
+
+def secure_pipeline(port: int, broker_pid: int, publishers: int, devices: int, windows: int,
+                    pace_s: float | None = None) -> dict:
+    """One fog as Prio3's leader and the fusion center as its helper; Prio3Sum
+    reports. pace_s: a window every pace_s seconds (devices reporting every
+    pace_s), else as fast as possible."""
+    from rase_common.secagg import write_keys
+
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    with tempfile.TemporaryDirectory(prefix="rase-e2e-prio3-") as tmp:
+        work = Path(tmp)
+        keys = write_keys(work / "keys")
+        fusion_cfg, fog_cfg = _write_configs(work, port, ["r1"], devices, [["r1"]], tag, keys)
+        # INFO: the leader logs each window's close time.
+        with _services(port, work, fusion_cfg, [fog_cfg], {"r1": work / "fog0.sqlite"}, fog_level="INFO") as (
+                sub, fusion, (fog,)):
+            cpu = CpuSampler({"fog (leader)": [fog.pid], "fusion (helper)": [fusion.pid], "broker": [broker_pid],
+                              "subscriber (this script)": [os.getpid()]}, with_children=("fusion (helper)",))
+            t0 = int(time.time() // PERIOD_S) - LATENESS // 2
+            parts = [Prio3Reports(keys["public_key"], "r1", devices, windows, t0, i, publishers)
+                     for i in range(publishers)]
+            sent = devices * windows
+            pace = [(len(range(i, devices, publishers)), pace_s) for i in range(publishers)] if pace_s else None
+            print(f"  making {sent} prio3 reports ...", file=sys.stderr, flush=True)
+            started, gen_cpu = _run_publishers(port, parts, made_first=True, pace=pace)
+            deadline = time.time() + 180 + windows * (pace_s or 0)
+            while len(sub.aggregates) < windows and time.time() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)
+        # The leader's close per window (shuffle, verify_init, journal), before its batch goes out.
+        closes = {int(t): float(s) for t, s in re.findall(r"fog prio3 \(r1, (\d+)\): closed, \d+ reports, batch "
+                                                          r"queued in ([0-9.]+) s", (work / "fog0.log").read_text())}
+        by_t = {t: at - sub.windows[("r1", t)] for t, (at, _n) in sorted(sub.aggregates.items())
+                if ("r1", t) in sub.windows}
+        n_agg = sum(n for _at, n in sub.aggregates.values())
+        last_batch = max(sub.windows.values()) if sub.windows else float("nan")
+        last_agg = max(at for at, _n in sub.aggregates.values()) if sub.aggregates else float("nan")
+        use = cpu.between(started, last_agg, sent)
+        _cpu_us(use, "load generators", gen_cpu, sent)
+        result = {"paced_s": pace_s, "offered_rate": devices / pace_s if pace_s else None, "reports": sent,
+                  "seconds": last_batch - started,
+                  "rate": sent / (last_batch - started), "rate_to_last_aggregate": sent / (last_agg - started),
+                  **use, "windows": len(sub.windows), "aggregates": len(sub.aggregates), "lost": sent - n_agg,
+                  "closes_logged": len(closes), "close_s_mean": statistics.mean(closes.values()) if closes else None,
+                  "close_s_max": max(closes.values(), default=None),
+                  "batch_to_aggregate_ms_in_t_order": [round(1000 * v) for v in by_t.values()],
+                  **_percentiles([v + closes.get(t, 0.0) for t, v in by_t.items()])}
+        return _say_why_lost(work, result)
 
 
 def one_round(broker: Mosquitto, args: argparse.Namespace) -> dict:
-    pid = broker.proc.pid
+    port, pid, pubs, devs, wins = broker.port, broker.proc.pid, args.publishers, args.devices, args.windows
     out = {"load_average_before": os.getloadavg()}
-    out["ceiling_c"] = ceiling_c(broker.port, pid, args.publishers, args.devices, args.windows)
-    out["ceiling_paho"] = ceiling_paho(broker.port, pid, args.publishers, args.devices, args.windows)
-    out["one_fog_full"] = pipeline(broker.port, pid, 1, args.publishers, args.devices, args.windows, "FULL")
-    out["one_fog_normal"] = pipeline(broker.port, pid, 1, args.publishers, args.devices, args.windows, "NORMAL")
+    runs = {"ceiling_c": lambda: ceiling_c(port, pid, pubs, devs, wins),
+            "ceiling_paho": lambda: ceiling_paho(port, pid, pubs, devs, wins),
+            "one_fog_full": lambda: pipeline(port, pid, 1, pubs, devs, wins, "FULL"),
+            "one_fog_normal": lambda: pipeline(port, pid, 1, pubs, devs, wins, "NORMAL")}
     if args.two_fogs:
-        out["two_fogs_full"] = pipeline(broker.port, pid, 2, args.publishers, args.devices // 2, args.windows)
+        runs["two_fogs_full"] = lambda: pipeline(port, pid, 2, pubs, devs // 2, wins)
+    if args.mechanism == "prio3":
+        runs["prio3"] = lambda: secure_pipeline(port, pid, pubs, devs, args.prio3_windows)
+        runs["prio3_paced"] = lambda: secure_pipeline(port, pid, pubs, devs, args.prio3_windows, args.prio3_pace)
+    for name, run in runs.items():
+        print(f"  {name} ...", file=sys.stderr, flush=True)
+        out[name] = run()
     out["load_average_after"] = os.getloadavg()
-    c, paho = out["ceiling_c"]["rate"], out["ceiling_paho"]["rate"]
-    for name in ("one_fog_full", "one_fog_normal", "two_fogs_full"):
+    c, paho, local = out["ceiling_c"]["rate"], out["ceiling_paho"]["rate"], out["one_fog_full"]["rate"]
+    for name in ("one_fog_full", "one_fog_normal", "two_fogs_full", "prio3"):
         if name in out:
             out[name]["vs_c_ceiling"] = out[name]["rate"] / c
             out[name]["vs_paho_ceiling"] = out[name]["rate"] / paho
+            out[name]["vs_local_dp"] = out[name]["rate"] / local
+    if "prio3" in out:
+        to_agg = out["prio3"]["rate_to_last_aggregate"]
+        out["prio3"].update(to_aggregate_vs_c_ceiling=to_agg / c, to_aggregate_vs_paho_ceiling=to_agg / paho,
+                            to_aggregate_vs_local_dp=to_agg / local)
     out["paho_vs_c_ceiling"] = paho / c
     out["full_vs_normal"] = out["one_fog_full"]["rate"] / out["one_fog_normal"]["rate"]
     return out
 
 
-def _print_round(k: int, r: dict) -> None:
+def _row(name: str, rate: float, r: dict, x: dict, stats: bool = True, ratios: bool = True) -> str:
+    """One line of the table: rate against both ceilings and the local-DP fog
+    (FULL); with stats, latency, lost, busy cores and CPU per report."""
+    c, paho, local = r["ceiling_c"]["rate"], r["ceiling_paho"]["rate"], r["one_fog_full"]["rate"]
+    vs_c, vs_paho = (f"{rate / c:.2f}", f"{rate / paho:.2f}") if ratios else ("", "")
+    vs_local = f"{rate / local:.2f}" if ratios and not name.startswith("ceiling") else ""
+    cells = ["", "", "", "", ""]
+    if stats:
+        cells = [f"{x[k]:.0f}" if x.get(k) is not None else "" for k in ("latency_p50_ms", "latency_p99_ms")]
+        cells += [str(x["lost"]) if "lost" in x else "", f"{x['busy_cores']:.2f}" if "busy_cores" in x else "",
+                  ", ".join(f"{g} {us:.1f}" for g, us in x.get("cpu_us_per_report", {}).items())]
+    p50, p99, lost, busy, cpu = cells
+    return (f"{name:<36}{rate:>11,.0f}{vs_c:>10}{vs_paho:>8}{vs_local:>7}{p50:>8}{p99:>8}"
+            f"{lost:>6}{busy:>6}  {cpu}")
+
+
+def _print_round(k: int, r: dict, args: argparse.Namespace) -> None:
     print(f"\nround {k + 1}: load average {r['load_average_before'][0]:.1f} before, "
           f"{r['load_average_after'][0]:.1f} after (1-minute)")
-    print(f"{'run':<34}{'reports/s':>11}{'/ C ceil':>10}{'/ paho':>8}{'p50 ms':>8}{'p99 ms':>8}{'lost':>6}"
-          f"{'busy':>6}  CPU us per report")
+    print(f"{'run':<36}{'reports/s':>11}{'/ C ceil':>10}{'/ paho':>8}{'/ DP':>7}{'p50 ms':>8}{'p99 ms':>8}"
+          f"{'lost':>6}{'busy':>6}  CPU us per report")
     rows = [("ceiling: C sub (mosquitto_sub)", r["ceiling_c"]), ("ceiling: paho sub", r["ceiling_paho"]),
             ("one fog, synchronous=FULL", r["one_fog_full"]), ("one fog, synchronous=NORMAL", r["one_fog_normal"])]
     if "two_fogs_full" in r:
         rows.append(("two fogs (half each), FULL", r["two_fogs_full"]))
-    c, paho = r["ceiling_c"]["rate"], r["ceiling_paho"]["rate"]
     for name, x in rows:
-        p50 = f"{x['latency_p50_ms']:.0f}" if x.get("latency_p50_ms") is not None else ""
-        p99 = f"{x['latency_p99_ms']:.0f}" if x.get("latency_p99_ms") is not None else ""
-        lost = str(x["lost"]) if "lost" in x else ""
-        busy = f"{x['busy_cores']:.2f}" if "busy_cores" in x else ""
-        cpu = ", ".join(f"{g} {us:.1f}" for g, us in x.get("cpu_us_per_report", {}).items())
-        print(f"{name:<34}{x['rate']:>11,.0f}{x['rate'] / c:>10.2f}{x['rate'] / paho:>8.2f}{p50:>8}{p99:>8}"
-              f"{lost:>6}{busy:>6}  {cpu}")
+        print(_row(name, x["rate"], r, x))
+    if "prio3" in r:
+        p, q = r["prio3"], r["prio3_paced"]
+        print(_row("prio3, one fog, to last batch", p["rate"], r, p, stats=False))
+        print(_row("prio3, to last aggregate", p["rate_to_last_aggregate"], r, p))
+        paced = f"prio3, a window every {args.prio3_pace:g} s (offered)"
+        print(_row(paced, q["offered_rate"], r, q, ratios=False))
     print(f"synchronous FULL / NORMAL: {r['full_vs_normal']:.2f}"
           + (f"; two fogs / one fog: {r['two_fogs_full']['rate'] / r['one_fog_full']['rate']:.2f}"
              if "two_fogs_full" in r else ""))
+    if "prio3" in r:
+        for name, x in (("throughput", r["prio3"]), ("paced", r["prio3_paced"])):
+            close = (f"mean {x['close_s_mean']:.3f} s, max {x['close_s_max']:.3f} s"
+                     if x["close_s_mean"] is not None else "not in the fog's log")
+            print(f"prio3 {name}: leader close per window (shuffle, verify_init, journal; in the latency) {close}; "
+                  f"batch -> aggregate ms in t order: {x['batch_to_aggregate_ms_in_t_order']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,6 +706,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--publishers", type=int, default=3, help="load-generator processes")
     ap.add_argument("--rounds", type=int, default=1, help="repeat every run this many times, interleaved")
     ap.add_argument("--no-two-fogs", dest="two_fogs", action="store_false", help="leave out the two-fog run")
+    ap.add_argument("--mechanism", choices=["br", "prio3"], default="br",
+                    help="prio3: the secure-aggregation runs too, beside the local-DP (BR) ones in the same round")
+    ap.add_argument("--prio3-windows", type=int, default=8, help="prio3: windows of --devices reports per run")
+    ap.add_argument("--prio3-pace", type=float, default=8.0,
+                    help="prio3 latency run: a window every this many seconds, as devices reporting every period "
+                         "(default %(default)s; the throughput run sends as fast as possible)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rounds = []
@@ -479,10 +723,11 @@ def main(argv: list[str] | None = None) -> int:
                 rounds.append(one_round(broker, args))
         finally:
             broker.stop()
-    print(f"cores: {os.cpu_count()}; windows of {args.devices} reports, {args.windows} windows; "
-          f"{args.publishers} load-generator processes")
+    print(f"cores: {os.cpu_count()}; windows of {args.devices} reports, {args.windows} windows"
+          + (f" ({args.prio3_windows} for prio3)" if args.mechanism == "prio3" else "")
+          + f"; {args.publishers} load-generator processes; / DP: against one local-DP fog (FULL)")
     for k, r in enumerate(rounds):
-        _print_round(k, r)
+        _print_round(k, r, args)
     summary = {key: statistics.median(r["one_fog_full"][key] for r in rounds)
                for key in ("vs_c_ceiling", "vs_paho_ceiling")}
     summary["full_vs_normal"] = statistics.median(r["full_vs_normal"] for r in rounds)
@@ -490,6 +735,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nmedian over {len(rounds)} round(s): one fog (FULL) / C ceiling {summary['vs_c_ceiling']:.2f}, "
           f"/ paho ceiling {summary['vs_paho_ceiling']:.2f}; FULL / NORMAL {summary['full_vs_normal']:.2f}; "
           f"paho / C ceiling {summary['paho_vs_c_ceiling']:.2f}")
+    if args.mechanism == "prio3":
+        for key in ("vs_c_ceiling", "vs_local_dp", "to_aggregate_vs_local_dp"):
+            summary[f"prio3_{key}"] = statistics.median(r["prio3"][key] for r in rounds)
+        summary["prio3_paced_p99_ms"] = statistics.median(r["prio3_paced"]["latency_p99_ms"] or float("nan")
+                                                          for r in rounds)
+        print(f"prio3 / local DP (one fog, FULL): {summary['prio3_vs_local_dp']:.2f} to the last batch, "
+              f"{summary['prio3_to_aggregate_vs_local_dp']:.2f} to the last aggregate; paced p99 "
+              f"{summary['prio3_paced_p99_ms']:.0f} ms")
     if args.json:
         print(json.dumps({"rounds": rounds, "median": summary}))
     return 0
