@@ -7,6 +7,7 @@ tolerance is derived there from how the device computes them)."""
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -21,11 +22,15 @@ class PointsSupport(Support):
         self.values = np.unique(np.asarray(values, dtype=np.float64))
         spacing = float(np.min(np.diff(self.values))) if self.values.size > 1 else math.inf
         self.tol = float_tolerance(scale + float(np.max(np.abs(self.values))), spacing) if scale >= 0 else 0.0
+        self._points = [float(v) for v in self.values]
 
     def reason(self, y: float) -> str | None:
-        i = int(np.searchsorted(self.values, y))
-        near = [self.values[j] for j in (i - 1, i) if 0 <= j < self.values.size]
-        return None if any(abs(y - v) <= self.tol for v in near) else IMPOSSIBLE
+        # Python floats and bisect: a numpy call per report cost the fog's ingest 3 us (Duchi).
+        points = self._points
+        i = bisect.bisect_left(points, y)
+        if i < len(points) and abs(y - points[i]) <= self.tol or i > 0 and abs(y - points[i - 1]) <= self.tol:
+            return None
+        return IMPOSSIBLE
 
 
 class ExactSupport(Support):
