@@ -13,7 +13,8 @@ INFLIGHT = 4000            # unacknowledged PUBLISHes per load generator
 CHUNK = 200               # PUBLISHes per socket write
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """MQTT's variable byte integer (a remaining length)."""
     out = bytearray()
     while True:
         n, digit = n >> 7, n & 0x7F
@@ -29,7 +30,7 @@ def _mqtt_str(s: bytes) -> bytes:
 def publish_packet(topic: str, payload: str, mid: int) -> bytes:
     """An MQTT 3.1.1 PUBLISH, QoS 1 (fixed header 0x32)."""
     body = _mqtt_str(topic.encode()) + mid.to_bytes(2, "big") + payload.encode()
-    return b"\x32" + _varint(len(body)) + body
+    return b"\x32" + varint(len(body)) + body
 
 
 def connect(port: int, cid: str) -> socket.socket:
@@ -42,7 +43,7 @@ def connect(port: int, cid: str) -> socket.socket:
     var = _mqtt_str(b"MQTT") + bytes([4, 0x02]) + (3600).to_bytes(2, "big")
     body = var + _mqtt_str(cid.encode())
     sock.settimeout(30)
-    sock.sendall(b"\x10" + _varint(len(body)) + body)
+    sock.sendall(b"\x10" + varint(len(body)) + body)
     connack = b""
     while len(connack) < 4:
         part = sock.recv(4 - len(connack))

@@ -108,3 +108,18 @@ def recent_epoch0(period_s: float = 8.0, now_t: int = 1000) -> float:
     (1, 2, ...) are then a little behind the clock, plausible to the fusion
     center (its max_window_age_s)."""
     return time.time() - period_s * now_t
+
+
+async def started_link(port: int, client_id: str, timeout_s: float = 5.0, **kw):  # noqa: ANN201
+    """An MqttLink (rase_common.mqtt) to the broker on port, started, once
+    connected (or after timeout_s: the caller's publish then says why)."""
+    import asyncio
+
+    from rase_common.mqtt import BrokerConfig, MqttLink
+
+    link = MqttLink(BrokerConfig(port=port), client_id, **kw)
+    link.start()
+    deadline = time.monotonic() + timeout_s
+    while not link.connected.is_set() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return link

@@ -143,16 +143,12 @@ def test_the_documented_node_red_flow_reads_a_real_aggregate(replayed):
 def test_latest_expires(own_mosquitto):
     """Mosquitto drops the retained `latest` once its expiry passed: a dead
     fusion center's last number does not live on."""
-    from rase_common.mqtt import MqttLink, BrokerConfig, publish_properties
+    from rase_common.mqtt import publish_properties
     from fusion_center.home_assistant import aggregate_properties
+    from tests.mqtt_helpers import started_link
 
     async def publish() -> None:
-        link = MqttLink(BrokerConfig(port=own_mosquitto.port), "expiry-test", mqtt5=True)
-        link.start()
-        for _ in range(100):
-            if link.connected.is_set():
-                break
-            await asyncio.sleep(0.05)
+        link = await started_link(own_mosquitto.port, "expiry-test", mqtt5=True)
         await link.publish(AGGREGATE_LATEST_TOPIC, '{"t": 1}', retain=True,
                            properties=publish_properties(**aggregate_properties(expiry=2)))
         link.stop()

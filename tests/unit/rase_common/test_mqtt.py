@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from rase_common.mqtt import (LARGE_PACKET, BrokerConfig, MqttLink, ReadBufferedSocket, connect_in_background,
                               paho_client, split_publishes, v5_session_connect)
+from simulators.loadgen import varint
 
 
 def _pair():
@@ -110,18 +111,9 @@ def test_ack_batch_acknowledges_every_message_to_a_real_broker(mosquitto, batche
 # -- batched reads: split_publishes ------------------------------------------------
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        n, digit = n >> 7, n & 0x7F
-        out.append(digit | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def _publish(topic: bytes, payload: bytes, qos: int, mid: int, retain: bool = False, dup: bool = False) -> bytes:
     body = len(topic).to_bytes(2, "big") + topic + (mid.to_bytes(2, "big") if qos else b"") + payload
-    return bytes([0x30 | (8 if dup else 0) | qos << 1 | retain]) + _varint(len(body)) + body
+    return bytes([0x30 | (8 if dup else 0) | qos << 1 | retain]) + varint(len(body)) + body
 
 
 # Packets paho must read itself, and how many of their bytes split_publishes needs to see to know it.
@@ -253,12 +245,9 @@ def test_an_mqtt5_link_hears_the_broker_refuse_a_publish(tmp_path):
     broker = Mosquitto(tmp_path / "mq", extra_conf=f"acl_file {acl}\n").start()
     try:
         async def run() -> None:
-            link = MqttLink(BrokerConfig(port=broker.port), "v5-refused", mqtt5=True)
-            link.start()
-            for _ in range(200):
-                if link.connected.is_set():
-                    break
-                await asyncio.sleep(0.02)
+            from tests.mqtt_helpers import started_link
+
+            link = await started_link(broker.port, "v5-refused", mqtt5=True)
             await link.publish("allowed/x", "1")
             with pytest.raises(TransportError, match="refused"):
                 await link.publish("denied/x", "1")
