@@ -110,6 +110,7 @@ class FogService(Service):
                                    registry=self.metrics.registry, storage=self.storage, sink_name=cfg.sink)
                        if cfg.prio3 is not None else None)
         self._held: list[tuple[object, int]] = []   # (message, logical t at arrival): taken, not journaled
+        self._draining = False     # after a storage outage, until the reports queued meanwhile are taken
         self._rebuild = False
         self.outbox_size = 0
         self.reports_taken = 0            # messages journaled or rejected since start (a replay driver's progress)
@@ -223,8 +224,13 @@ class FogService(Service):
                 await self.outbox_wakeup_for_ingest()
                 continue
             now_t = self.now_t()
+            held = bool(self._held)
             batch = self._held or [(m, now_t) for m in self.source.take(BATCH)]
             self._held = []
+            if not batch or (self._draining and not held and len(batch) < BATCH):
+                # What arrived during a storage outage is all taken: windows may close again.
+                self._draining = False
+                self.due.set()
             if not batch:
                 await self.arrived.wait(None, None if self.link is not None else self.cfg.tick_s)
                 continue
@@ -233,6 +239,7 @@ class FogService(Service):
                 self.storage.recovered()
             except StorageError as err:
                 self._held = batch     # not acknowledged: retried, or redelivered by the broker after a restart
+                self._draining = True  # and the reports queued behind it wait for their windows too
                 self._rebuild = True   # the in-memory windows took reports the journal did not
                 self.storage.failed(err)
             await asyncio.sleep(0)     # let the closer and the forwarder have a turn between batches
@@ -401,9 +408,10 @@ class FogService(Service):
     # -- closing ------------------------------------------------------------------
     async def _closer(self) -> None:
         while True:
-            # Reports held through a storage outage go into their windows before any window closes:
-            # the outage extends the lateness horizon (windows close late, counted in close_delay).
-            if not self.storage.down and not self._held:
+            # Reports held through a storage outage, and those queued behind them, go into their
+            # windows before any window closes: the outage extends the lateness horizon (windows
+            # close late, counted in close_delay).
+            if not self.storage.down and not self._held and not self._draining:
                 try:
                     if self.screen is not None:
                         self.screen.apply_releases(self.journal)
