@@ -23,8 +23,11 @@ def plot_true_vs_estimated(ts: np.ndarray, true_mean: np.ndarray, aggs: dict[int
     """The mean (the estimate to use) with its 95% interval band and the truth,
     per timestamp and, beside it, windowed over w, each panel saying in words
     why it is as wide as it is (simulators.plots)."""
+    import logging
+
     import matplotlib
     matplotlib.use("Agg")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)   # no font-cache line in the demo's output
     import matplotlib.pyplot as plt
 
     from simulators.plots import mean_panels
