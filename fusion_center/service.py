@@ -40,7 +40,7 @@ from rase_common.channels import Source
 from rase_common.clock import ScaledClock, SteadyClock, WallClock
 from rase_common.errors import Backoff, ConfigError, Outage, StorageError, TransportError
 from rase_common.kafka import KafkaSource
-from rase_common.loop import Wakeup
+from rase_common.loop import Wakeup, within
 from rase_common.mqtt import MqttLink, MqttSource, publish_properties
 from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
@@ -388,7 +388,7 @@ class FusionService(Service):
         if announce is not None:
             futs.append(self.link.publish_nowait(*announce, retain=True))
         try:
-            await asyncio.wait_for(asyncio.gather(*futs), 10.0)
+            await within(asyncio.gather(*futs), 10.0)
         except asyncio.TimeoutError:
             raise TransportError(f"no PUBACK for aggregate t={t} within 10 s") from None
         if announce is not None:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from rase_common.errors import ConfigError, TransportError
+from rase_common.loop import within
 from rase_common.settings import read_secret
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ class KafkaSink:
 
         producer = await self._producer()
         try:
-            await asyncio.wait_for(producer.send_and_wait(self.cfg.topic, key=key.encode(), value=payload.encode()),
+            await within(producer.send_and_wait(self.cfg.topic, key=key.encode(), value=payload.encode()),
                                    self.cfg.request_timeout_s * 2)
         except (KafkaError, asyncio.TimeoutError, OSError) as err:
             await self.stop()  # a fresh producer on the next try
@@ -145,7 +146,7 @@ class KafkaSink:
     async def stop(self) -> None:
         producer, self.producer = self.producer, None
         if producer is not None:
-            await _quietly(asyncio.wait_for(producer.stop(), STOP_TIMEOUT_S))
+            await _quietly(within(producer.stop(), STOP_TIMEOUT_S))
 
 
 async def _quietly(coro) -> None:  # noqa: ANN001
@@ -249,6 +250,6 @@ class KafkaSource:
         if self.consumer is not None:
             # Bounded: a stop (SIGTERM) must not wait on a slow broker. What is not
             # committed is delivered again and dropped by the store as a duplicate.
-            await _quietly(asyncio.wait_for(self.commit(), STOP_TIMEOUT_S))
-            await _quietly(asyncio.wait_for(self.consumer.stop(), STOP_TIMEOUT_S))
+            await _quietly(within(self.commit(), STOP_TIMEOUT_S))
+            await _quietly(within(self.consumer.stop(), STOP_TIMEOUT_S))
             self.consumer = None

@@ -4,12 +4,42 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def within(aw: Awaitable[T], timeout_s: float | None, *, cancel: bool = True) -> T:
+    """Await `aw` for at most `timeout_s` seconds, else raise asyncio.TimeoutError.
+
+    Not asyncio.wait_for: before Python 3.12, when the awaited result and the
+    caller's cancellation arrive in the same loop turn, wait_for returns the
+    result and drops the cancellation, so a service's task never ends and
+    SIGTERM does nothing (seen: the fusion center publishing aggregates).
+    Here a cancellation always propagates. With cancel=False, `aw` is left
+    running on a timeout or a cancellation (a PUBACK that may still come)."""
+    fut = asyncio.ensure_future(aw)
+    try:
+        done, _ = await asyncio.wait({fut}, timeout=timeout_s)
+    except asyncio.CancelledError:
+        if cancel:
+            fut.cancel()
+        raise
+    if done:
+        return fut.result()
+    if cancel:
+        fut.cancel()
+        await asyncio.wait({fut})          # let it clean up; a cancellation of ours still propagates
+        if not fut.cancelled():
+            fut.exception()                # retrieved: what it ended with does not matter after a timeout
+    raise asyncio.TimeoutError(f"not done within {timeout_s} s")
 
 
 async def wait_or_stop(stop: asyncio.Event, seconds: float) -> bool:
     """Sleep up to `seconds`, waking early when `stop` is set; True if stopping."""
     try:
-        await asyncio.wait_for(stop.wait(), seconds)
+        await within(stop.wait(), seconds)
     except asyncio.TimeoutError:
         pass
     return stop.is_set()

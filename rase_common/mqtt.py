@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rase_common.settings import read_secret
 
 from rase_common.errors import Backoff, Outage, TransportError
+from rase_common.loop import within
 
 log = logging.getLogger(__name__)
 
@@ -629,7 +630,7 @@ class MqttLink:
         """Publish and wait for the broker's PUBACK, or raise TransportError."""
         fut = self.publish_nowait(topic, payload, qos=qos, retain=retain, properties=properties)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+            await within(fut, timeout_s, cancel=False)
         except asyncio.TimeoutError:
             raise TransportError(f"no PUBACK for {topic} within {timeout_s:g} s"
                                  + ("" if self.connected.is_set() else " (not connected)")) from None

@@ -28,6 +28,7 @@ from typing import Any
 from rase_common.errors import ConfigError
 
 log = logging.getLogger(__name__)
+STOP_GRACE_S = 2.0      # after a stop, how long a task may take to end before it is cancelled again
 
 
 class Service:
@@ -65,10 +66,17 @@ async def run_owned(coros: list[Coroutine[Any, Any, Any]], owner: str = "service
     finally:
         for task in tasks:
             task.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for task, res in zip(tasks, results):
-            if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
-                log.debug("%s: task %s ended with %r while stopping", owner, _task_name(task), res)
+        pending = set(tasks)
+        while pending:
+            # A task that ate its cancellation (a bug) is named and cancelled again, not waited on forever.
+            _, pending = await asyncio.wait(pending, timeout=STOP_GRACE_S)
+            for task in pending:
+                log.warning("%s: task %s still running %g s after it was cancelled; cancelling it again",
+                            owner, _task_name(task), STOP_GRACE_S)
+                task.cancel()
+        for task in tasks:
+            if not task.cancelled() and task.exception() is not None:
+                log.debug("%s: task %s ended with %r while stopping", owner, _task_name(task), task.exception())
 
 
 def _task_name(task: asyncio.Future) -> str:

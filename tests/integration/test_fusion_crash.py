@@ -25,6 +25,18 @@ def start(cfg, log):
                             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
+def stop(proc, log_path) -> None:
+    """SIGTERM, and the service's own log if it does not end within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        raise AssertionError("the fusion center did not end 10 s after SIGTERM; its log:\n"
+                             + Path(log_path).read_text()[-6000:]) from None
+
+
 def stored(db):
     if not Path(db).exists():
         return []
@@ -104,8 +116,7 @@ port = {own_mosquitto.port}
         proc = start(cfg, log)
         wait_stored(db, N, 60)
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc, log_path)
         log.close()
         pub.disconnect()
         pub.loop_stop()

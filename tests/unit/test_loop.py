@@ -7,7 +7,10 @@ import time
 
 from rase_common.clock import ManualClock, ScaledClock
 from edge_agent.schedule import Schedule
-from rase_common.loop import Wakeup, seconds_to_next_boundary
+import pytest
+
+from rase_common import service
+from rase_common.loop import Wakeup, seconds_to_next_boundary, within
 
 
 def test_set_from_another_thread_wakes_the_loop_at_once():
@@ -72,3 +75,71 @@ def test_binding_again_keeps_a_wakeup_set_from_another_thread():
         return await asyncio.wait_for(w.wait(None, None), 1.0) is False
 
     assert asyncio.run(scenario())
+
+
+# -- within: a timeout that never eats a cancellation -------------------------------
+
+def _cancel_as_result_arrives(wait) -> bool:
+    """Cancel a task in the same loop turn as the result it awaits arrives
+    (a PUBACK landing as SIGTERM does); True if the cancellation reached it."""
+    async def main():
+        inner = asyncio.get_running_loop().create_future()
+        after = asyncio.Event()
+
+        async def publisher():
+            await wait(inner)
+            after.set()                 # a task whose cancellation was dropped goes on
+            await asyncio.sleep(3600)
+
+        task = asyncio.ensure_future(publisher())
+        await asyncio.sleep(0.01)
+        inner.set_result(None)
+        task.cancel()
+        try:
+            await asyncio.wait_for(task, 1.0)     # the test's own bound, not the code under test
+        except asyncio.CancelledError:
+            return not after.is_set()
+        except asyncio.TimeoutError:
+            return False
+        return False
+
+    return asyncio.run(main())
+
+
+def test_within_passes_on_a_cancellation_that_arrives_with_the_result():
+    assert _cancel_as_result_arrives(lambda fut: within(fut, 10.0, cancel=False))
+    assert _cancel_as_result_arrives(lambda fut: within(fut, 10.0))
+
+
+def test_within_returns_the_result_or_raises_timeout_and_cancels_only_when_asked():
+    async def main():
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        done.set_result(7)
+        assert await within(done, 1.0) == 7
+        kept, dropped = loop.create_future(), loop.create_future()
+        for fut, cancel in ((kept, False), (dropped, True)):
+            with pytest.raises(asyncio.TimeoutError):
+                await within(fut, 0.01, cancel=cancel)
+        return kept.cancelled(), dropped.cancelled()
+
+    assert asyncio.run(main()) == (False, True)
+
+
+def test_run_owned_cancels_again_a_task_that_ate_its_cancellation(monkeypatch):
+    monkeypatch.setattr(service, "STOP_GRACE_S", 0.05)
+
+    async def stubborn():
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass                            # the bug: the first cancellation is dropped
+        await asyncio.sleep(3600)
+
+    async def ends():
+        await asyncio.sleep(0.01)
+
+    async def main():
+        await asyncio.wait_for(service.run_owned([stubborn(), ends()], "test"), 5.0)
+
+    asyncio.run(main())
