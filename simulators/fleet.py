@@ -23,7 +23,6 @@ import paho.mqtt.client as mqtt
 from edge_agent import wire
 from edge_agent.core import AgentCore
 from rase_common.mqtt import BrokerConfig, connect_in_background, paho_client
-from simulators.secagg import accelerate
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +80,11 @@ class FleetTransport:
             try:
                 for core in self.cores:
                     core.apply_control(msg.payload)
-                    accelerate(core)          # prio3: the same reports, made faster (simulators.secagg)
+                    if getattr(core.randomizer, "mechanism", None) == "prio3":
+                        # the same reports, made faster; imported only here (it costs the
+                        # fleet a second of start-up through scipy)
+                        from simulators.secagg import accelerate
+                        accelerate(core)
                 self.control_applied.set()
             except ValueError as err:
                 self.control_errors += 1
