@@ -101,12 +101,14 @@ class PipelineResult:
 def scratch_database(db: sqlite3.Connection) -> None:
     """A replay's fog journal and fusion store are scratch: `_run_on`
     deletes them before every run and nothing resumes from them, so the
-    fsync that makes each of their commits survive a power cut
-    (synchronous=FULL, rase_common.sqlite) buys a replay nothing. Without it
-    (NORMAL: WAL commits reach the OS, fsync only at checkpoints) the same
-    statements run in the same order: same aggregates, in a third less time
-    (docs/performance.md, `rase replay --fast`)."""
-    db.execute("PRAGMA synchronous=NORMAL")
+    fsyncs that make their commits survive a power cut (synchronous=FULL,
+    rase_common.sqlite: about 50,000 in a 24 h replay, each blocking the fog's
+    or the fusion center's event loop) buy a replay nothing. With
+    synchronous=OFF the same statements run in the same order and the files
+    are as complete once the services have closed them (`rase query` reads
+    the store after a replay); only an OS crash mid-replay could leave them
+    torn, and a replay then starts over anyway."""
+    db.execute("PRAGMA synchronous=OFF")
 
 
 class ReplayFog(FogService):

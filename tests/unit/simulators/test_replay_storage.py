@@ -18,7 +18,7 @@ from rase_common.channels import MemorySink, MemorySource
 from rase_common.clock import ManualClock
 from simulators.pipeline import ReplayFog, ReplayFusion
 
-FULL, NORMAL = 2, 1        # PRAGMA synchronous's values
+FULL, OFF = 2, 0        # PRAGMA synchronous's values
 
 
 def synchronous_after_open(service, db_of) -> int:  # noqa: ANN001
@@ -50,10 +50,10 @@ def test_the_replays_fog_journal_skips_the_fsync_the_deployed_fog_makes(tmp_path
         return cls(fog_config(tmp_path / sub), clock=ManualClock(0.0), source=MemorySource(), sink=MemorySink())
 
     assert synchronous_after_open(fog(FogService, "deployed"), lambda s: s.journal.db) == FULL
-    assert synchronous_after_open(fog(ReplayFog, "replay"), lambda s: s.journal.db) == NORMAL
+    assert synchronous_after_open(fog(ReplayFog, "replay"), lambda s: s.journal.db) == OFF
 
 
 def test_the_replays_fusion_store_skips_the_fsync_the_deployed_fusion_center_makes(tmp_path):
-    for cls, want in ((FusionService, FULL), (ReplayFusion, NORMAL)):
+    for cls, want in ((FusionService, FULL), (ReplayFusion, OFF)):
         service = cls(fusion_config(tmp_path / cls.__name__), clock=ManualClock(0.0))
         assert synchronous_after_open(service, lambda s: s.store.db) == want
