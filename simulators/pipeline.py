@@ -313,11 +313,18 @@ class FusionProcess:
             raise RuntimeError(f"the replay's fusion center stopped (exit code {self.proc.exitcode})")
 
     def stored(self) -> int:
+        """Aggregates stored so far: 0 while the fusion center has not
+        created its store, or has created the file but not yet its tables."""
         if self._reader is None:
             if not Path(self.cfg.store_path).exists():
                 return 0
             self._reader = AggregateStore(self.cfg.store_path, readonly=True)
-        return self._reader.count()
+        try:
+            return self._reader.count()
+        except sqlite3.OperationalError:       # no such table (yet): look again next time
+            self._reader.close()
+            self._reader = None
+            return 0
 
     def caught_up(self, windows_sent: int) -> bool:
         self.check()

@@ -1,8 +1,9 @@
 """The replay's fog and fusion center are the deployed services on scratch
 databases: the same tables and statements, without the fsync per commit
-(simulators.pipeline.scratch_database). No broker: the fog takes an
-in-memory source and sink, the fusion center's link to an unused port
-connects in the background and is never needed here."""
+(simulators.pipeline.scratch_database); the driver reads the fusion
+center's store from the start. No broker: the fog takes an in-memory
+source and sink, the fusion center's link to an unused port connects in
+the background and is never needed here."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from fog_shuffler.config import FogConfig
 from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
 from fusion_center.service import FusionService
+from fusion_center.store import AggregateStore
 from rase_common.channels import MemorySink, MemorySource
 from rase_common.clock import ManualClock
-from simulators.pipeline import ReplayFog, ReplayFusion
+from simulators.pipeline import FusionProcess, ReplayFog, ReplayFusion
 
 FULL, OFF = 2, 0        # PRAGMA synchronous's values
 
@@ -57,3 +59,19 @@ def test_the_replays_fusion_store_skips_the_fsync_the_deployed_fusion_center_mak
     for cls, want in ((FusionService, FULL), (ReplayFusion, OFF)):
         service = cls(fusion_config(tmp_path / cls.__name__), clock=ManualClock(0.0))
         assert synchronous_after_open(service, lambda s: s.store.db) == want
+
+
+def test_the_driver_counts_nothing_until_the_fusion_center_has_made_its_tables(tmp_path):
+    """The driver may look at the store between the fusion center creating
+    the file and its tables (a replay whose devices follow an earlier run's
+    retained control message starts at once): that is 0 aggregates so far,
+    not an error."""
+    cfg = fusion_config(tmp_path)
+    fusion = FusionProcess(cfg, clock=None)          # never started: only its store is looked at
+    assert fusion.stored() == 0                      # no file yet
+    cfg.store_path.touch()                           # the file, no tables yet
+    assert fusion.stored() == 0
+    store = AggregateStore(cfg.store_path)
+    store.store_aggregate("all", 5, "{}", 0.0)
+    assert fusion.stored() == 1
+    store.close()
