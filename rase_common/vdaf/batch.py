@@ -43,7 +43,7 @@ class VerifyState:
     randomness seeds. verify_init is deterministic: after a crash, recompute."""
     vdaf: p3.Prio3
     agg_id: int
-    out_shares: np.ndarray               # (OUTPUT_LEN, N) field elements
+    out_shares: np.ndarray               # rows of the vector field: (OUTPUT_LEN, N), or (OUTPUT_LEN, 4, N) in Field128
     corrected_seeds: list[bytes | None]  # joint randomness seed per report (None: not used)
     reasons: list[Rejection | None]
     finished: bool = False
@@ -51,6 +51,11 @@ class VerifyState:
     @property
     def accepted(self) -> np.ndarray:
         return np.array([r is None for r in self.reasons], dtype=bool)
+
+    def out_share(self, report: int) -> list[int]:
+        """Report `report`'s output share, as field elements."""
+        F = vector_field(self.vdaf.field)
+        return F.to_ints(np.moveaxis(self.out_shares[..., report], 0, -1))
 
 
 def _screen(vdaf, agg_id, nonces, public_shares, input_shares, seen) -> list[Rejection | None]:
@@ -109,7 +114,7 @@ def _joint_randomness(vdaf, F, ctx, agg_id, nonces, public_shares, meas, blinds)
 def _query_proofs(vdaf, F, meas, proofs, query_rands, joint_rands):
     """(verifier rows of all PROOFS proofs, reports whose query failed)."""
     verifier: list = []
-    bad = np.zeros(meas.shape[1], dtype=bool)
+    bad = np.zeros(meas.shape[-1], dtype=bool)
     pl, ql, jl = vdaf.PROOF_LEN, vdaf.QUERY_RAND_LEN, vdaf.JOINT_RAND_LEN
     for k in range(vdaf.PROOFS):
         jr = joint_rands[k * jl:(k + 1) * jl] if joint_rands is not None else []
@@ -135,7 +140,7 @@ def verify_init(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: int, nonc
     reasons = _screen(vdaf, agg_id, nonces, public_shares, input_shares, seen_nonces)
     live = [i for i, r in enumerate(reasons) if r is None]
     n = len(live)
-    out_shares = np.zeros((vdaf.OUTPUT_LEN, len(reasons)), dtype=F.dtype)
+    out_shares = F.rows_zeros(vdaf.OUTPUT_LEN, len(reasons))
     seeds_all: list[bytes | None] = [None] * len(reasons)
     shares_out: list[bytes | None] = [None] * len(reasons)
     if not n:
@@ -151,7 +156,7 @@ def verify_init(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: int, nonc
         out_rows = F.as_rows(list(vdaf.valid.truncate(F, meas)), n)
         vs_bytes = F.encode(F.as_rows(verifier, n))
     good = ok & ~bad
-    out_shares[:, np.asarray(live)[good]] = out_rows[:, good]
+    out_shares[..., np.asarray(live)[good]] = out_rows[..., good]
     for k, i in enumerate(live):
         if not ok[k]:
             reasons[i] = Rejection.MALFORMED
@@ -196,7 +201,7 @@ def verifier_shares_to_message(vdaf: p3.Prio3, ctx: bytes, verifier_shares: Sequ
             raw = np.frombuffer(b"".join(bytes(shares[i][:vlen]) for i in live), dtype=np.uint8).reshape(n, vlen)
             rows, canon = F.decode(raw)
             ok &= canon
-            total = rows if total is None else F.as_rows([F.add(a, b) for a, b in zip(total, rows)], n)
+            total = rows if total is None else F.add(total, rows)
         assert total is not None
         valid = np.ones(n, dtype=bool)
         for k in range(vdaf.PROOFS):

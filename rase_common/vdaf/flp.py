@@ -123,7 +123,7 @@ def query(valid, F, meas, proof, query_rand, joint_rand, num_shares):
     else:
         v = out[0]
     verifier = [v]
-    bad = np.zeros(np.shape(query_rand[0]), dtype=bool)
+    bad = np.zeros(np.shape(query_rand[0])[-1], dtype=bool)
     for g, t in zip(gadgets, rands):
         p = len(g.wires[0])
         tp = t

@@ -50,12 +50,13 @@ def expand_rows(vfield, seeds: Sequence[bytes], dst: bytes, binders: Sequence[by
     n = len(seeds)
     size = vfield.ENCODED_SIZE
     if n == 0:
-        return vfield.as_rows([], 0).reshape(length, 0)
+        return vfield.rows_zeros(length, 0)
     # Both fields' moduli sit just below a power of two of ENCODED_SIZE bytes,
     # so the draft's mask is the identity and only values >= p are rejected.
     assert next_power_of_2(vfield.MODULUS) == 1 << (8 * size)
     buf = b"".join(stream(s, dst, b, length * size) for s, b in zip(seeds, binders))
     rows, ok = vfield.decode(np.frombuffer(buf, dtype=np.uint8).reshape(n, length * size))
     for i in np.flatnonzero(~ok):
-        rows[:, i] = _expand_one(vfield, seeds[i], dst, binders[i], length)
+        redone = _expand_one(vfield, seeds[i], dst, binders[i], length)
+        rows[..., i:i + 1] = vfield.rows_from_ints([[x] for x in redone])
     return rows
