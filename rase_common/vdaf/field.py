@@ -277,7 +277,9 @@ class VecField128:
         return acc
 
     def equal(self, a, b) -> np.ndarray:
-        return ~_canonical(self.sub(a, b)).any(axis=-2)
+        # |value| < p for limbs within LIMB_BOUND, and limbs below 2**32 in size:
+        # a - b is 0 mod p exactly when every limb of it is 0.
+        return ~self.sub(a, b).any(axis=-2)
 
     def decode(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rows, ok): data is uint8 of shape (N, k*16); rows is (k, 4, N); ok
