@@ -40,7 +40,6 @@ class VecField64:
 
     scalar: Field = FIELD64
     ENCODED_SIZE = 8
-    LIMBS_SHAPE: tuple[int, ...] = ()
 
     def __init__(self) -> None:
         self.MODULUS = FIELD64.MODULUS
@@ -198,16 +197,20 @@ def _fold(cols: np.ndarray) -> np.ndarray:
     return _carry(d)
 
 
+def _ripple(d: np.ndarray) -> None:
+    """In place: limbs 0-2 to [0, 2**32), their carries rippled up into limb 3."""
+    for i in range(3):
+        c = d[..., i, :] >> 32
+        d[..., i, :] &= _LOW32
+        d[..., i + 1, :] += c
+
+
 def _canonical(d: np.ndarray) -> np.ndarray:
     """Limbs in [0, 2**32) of the value in [0, p) (limbs on axis -2; |value| < p)."""
     d = np.array(d, dtype=I64)
-    for _ in range(2):
-        for i in range(3):
-            c = d[..., i, :] >> 32
-            d[..., i, :] &= _LOW32
-            d[..., i + 1, :] += c
-        # Limbs 0-2 now in [0, 2**32): the value is negative exactly when the top limb is.
-        d += (d[..., 3:, :] < 0) * _P128_LIMBS[:, None]
+    _ripple(d)
+    d += (d[..., 3:, :] < 0) * _P128_LIMBS[:, None]  # negative exactly when the top limb is: add p
+    _ripple(d)
     return d
 
 
@@ -216,7 +219,6 @@ class VecField128:
 
     scalar: Field = FIELD128
     ENCODED_SIZE = 16
-    LIMBS_SHAPE = (4,)
 
     def __init__(self) -> None:
         self.MODULUS = FIELD128.MODULUS
@@ -277,8 +279,8 @@ class VecField128:
         return acc
 
     def equal(self, a, b) -> np.ndarray:
-        # |value| < p for limbs within LIMB_BOUND, and limbs below 2**32 in size:
-        # a - b is 0 mod p exactly when every limb of it is 0.
+        # The difference's value lies in (-p, p), so it is 0 mod p only when it
+        # is 0; with every limb below 2**32 in size, that is every limb 0.
         return ~self.sub(a, b).any(axis=-2)
 
     def decode(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
