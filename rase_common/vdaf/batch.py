@@ -82,36 +82,36 @@ def _screen(vdaf, agg_id, nonces, public_shares, input_shares, seen) -> list[Rej
     return reasons
 
 
-def _input_rows(vdaf, F, ctx, agg_id, shares):
-    """(meas rows, proof rows, blinds, canonical mask) of the live input shares."""
+def _input_encoded(vdaf, F, ctx, agg_id, shares):
+    """(measurement shares, proof shares, blinds) of the live input shares, the
+    shares encoded as uint8 matrices (one row per report): the leader's as
+    sent, the helper's expanded from its seeds."""
     n = len(shares)
-    es = F.ENCODED_SIZE
     blinds = [bytes(s[-SEED:]) for s in shares] if vdaf.uses_joint_rand else []
     if agg_id == 0:
         body = b"".join(bytes(s[:len(s) - (SEED if vdaf.uses_joint_rand else 0)]) for s in shares)
         raw = np.frombuffer(body, dtype=np.uint8).reshape(n, -1)
-        rows, ok = F.decode(raw)
-        return rows[:vdaf.MEAS_LEN], rows[vdaf.MEAS_LEN:], blinds, ok
+        cut = vdaf.MEAS_LEN * F.ENCODED_SIZE
+        return raw[:, :cut], raw[:, cut:], blinds
     seeds = [bytes(s[:SEED]) for s in shares]
-    meas = xof.expand_rows(F, seeds, vdaf.dst(p3.USAGE_MEAS_SHARE, ctx), [bytes((agg_id,))] * n, vdaf.MEAS_LEN)
-    proofs = xof.expand_rows(F, seeds, vdaf.dst(p3.USAGE_PROOF_SHARE, ctx), [bytes((vdaf.PROOFS, agg_id))] * n,
-                             vdaf.PROOF_LEN * vdaf.PROOFS)
-    return meas, proofs, blinds, np.ones(n, dtype=bool)
+    meas = xof.expand_encoded(F, seeds, vdaf.dst(p3.USAGE_MEAS_SHARE, ctx), [bytes((agg_id,))] * n, vdaf.MEAS_LEN)
+    proofs = xof.expand_encoded(F, seeds, vdaf.dst(p3.USAGE_PROOF_SHARE, ctx), [bytes((vdaf.PROOFS, agg_id))] * n,
+                                vdaf.PROOF_LEN * vdaf.PROOFS)
+    return meas, proofs, blinds
 
 
 def _joint_randomness(vdaf, F, ctx, agg_id, nonces, public_shares, meas, blinds):
-    """(own joint randomness parts, corrected seeds, joint randomness rows), or
-    ([], [None] * n, None) for a circuit without joint randomness."""
+    """(own joint randomness parts, corrected seeds, joint randomness, encoded),
+    or ([], [None] * n, None) for a circuit without joint randomness."""
     n = len(nonces)
     if not vdaf.uses_joint_rand:
         return [], [None] * n, None
-    meas_bytes = F.encode(meas)
     own_parts = xof.derive_seeds(blinds, vdaf.dst(p3.USAGE_JOINT_RAND_PART, ctx),
-                                 [bytes((agg_id,)) + x + meas_bytes[k].tobytes() for k, x in enumerate(nonces)])
+                                 [bytes((agg_id,)) + x + meas[k].tobytes() for k, x in enumerate(nonces)])
     parts = [pub[:agg_id * SEED] + own + pub[(agg_id + 1) * SEED:] for pub, own in zip(public_shares, own_parts)]
     corrected = xof.derive_seeds([bytes(SEED)] * n, vdaf.dst(p3.USAGE_JOINT_RAND_SEED, ctx), parts)
-    joint_rands = xof.expand_rows(F, corrected, vdaf.dst(p3.USAGE_JOINT_RANDOMNESS, ctx),
-                                  [bytes((vdaf.PROOFS,))] * n, vdaf.JOINT_RAND_LEN * vdaf.PROOFS)
+    joint_rands = xof.expand_encoded(F, corrected, vdaf.dst(p3.USAGE_JOINT_RANDOMNESS, ctx),
+                                     [bytes((vdaf.PROOFS,))] * n, vdaf.JOINT_RAND_LEN * vdaf.PROOFS)
     return own_parts, list(corrected), joint_rands
 
 
@@ -123,20 +123,44 @@ def _blocks(n: int) -> list[slice]:
     return [slice(s, min(s + size, n)) for s in range(0, n, size)]
 
 
-def _query_proofs(vdaf, F, meas, proofs, query_rands, joint_rands):
-    """(verifier rows of all PROOFS proofs, reports whose query failed), a block of reports at a time."""
+def _query_block(vdaf, F, meas, proofs, query_rands, joint_rands):
+    """(verifier rows of all PROOFS proofs, reports whose query failed) for one block."""
     n = meas.shape[-1]
     verifier = F.rows_zeros(vdaf.VERIFIER_LEN * vdaf.PROOFS, n)
     bad = np.zeros(n, dtype=bool)
     pl, ql, jl, vl = vdaf.PROOF_LEN, vdaf.QUERY_RAND_LEN, vdaf.JOINT_RAND_LEN, vdaf.VERIFIER_LEN
-    for cols in _blocks(n):
-        for k in range(vdaf.PROOFS):
-            jr = joint_rands[k * jl:(k + 1) * jl, ..., cols] if joint_rands is not None else []
-            v, b = flp.query(vdaf.valid, F, meas[..., cols], proofs[k * pl:(k + 1) * pl, ..., cols],
-                             query_rands[k * ql:(k + 1) * ql, ..., cols], jr, vdaf.SHARES)
-            verifier[k * vl:(k + 1) * vl, ..., cols] = F.as_rows(v, cols.stop - cols.start)
-            bad[cols] |= b
+    for k in range(vdaf.PROOFS):
+        jr = joint_rands[k * jl:(k + 1) * jl] if joint_rands is not None else []
+        v, b = flp.query(vdaf.valid, F, meas, proofs[k * pl:(k + 1) * pl], query_rands[k * ql:(k + 1) * ql],
+                         jr, vdaf.SHARES)
+        verifier[k * vl:(k + 1) * vl] = F.as_rows(v, n)
+        bad |= b
     return verifier, bad
+
+
+def _query_all(vdaf, F, encoded, out_shares, live):
+    """Decode, query and encode a block of reports at a time. encoded: the
+    (meas, proofs, query randomness, joint randomness or None) matrices.
+    Fills out_shares[..., live[k]] for the good reports; returns (encoded
+    verifier shares, canonical mask, query-failed mask)."""
+    n = encoded[0].shape[0]
+    verifier = np.empty((n, vdaf.VERIFIER_LEN * vdaf.PROOFS * F.ENCODED_SIZE), dtype=np.uint8)
+    ok, bad = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+    for cols in _blocks(n):
+        rows = []
+        for matrix in encoded:
+            if matrix is None:
+                rows.append(None)
+                continue
+            decoded, canon = F.decode(matrix[cols])
+            rows.append(decoded)
+            ok[cols] &= canon
+        block_verifier, bad[cols] = _query_block(vdaf, F, *rows)
+        verifier[cols] = F.encode(block_verifier)
+        good = ok[cols] & ~bad[cols]
+        out = F.as_rows(list(vdaf.valid.truncate(F, rows[0])), cols.stop - cols.start)
+        out_shares[..., live[cols][good]] = out[..., good]
+    return verifier, ok, bad
 
 
 def verify_init(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: int, nonces: Sequence[bytes],
@@ -162,15 +186,13 @@ def verify_init(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: int, nonc
     nonce_l = [bytes(nonces[i]) for i in live]
     pubs = [bytes(public_shares[i]) for i in live]
     with np.errstate(over="ignore"):
-        meas, proofs, blinds, ok = _input_rows(vdaf, F, ctx, agg_id, [input_shares[i] for i in live])
-        query_rands = xof.expand_rows(F, [verify_key] * n, vdaf.dst(p3.USAGE_QUERY_RANDOMNESS, ctx),
-                                      [bytes((vdaf.PROOFS,)) + x for x in nonce_l], vdaf.QUERY_RAND_LEN * vdaf.PROOFS)
+        meas, proofs, blinds = _input_encoded(vdaf, F, ctx, agg_id, [input_shares[i] for i in live])
+        query_rands = xof.expand_encoded(F, [verify_key] * n, vdaf.dst(p3.USAGE_QUERY_RANDOMNESS, ctx),
+                                         [bytes((vdaf.PROOFS,)) + x for x in nonce_l],
+                                         vdaf.QUERY_RAND_LEN * vdaf.PROOFS)
         own_parts, corrected, joint_rands = _joint_randomness(vdaf, F, ctx, agg_id, nonce_l, pubs, meas, blinds)
-        verifier, bad = _query_proofs(vdaf, F, meas, proofs, query_rands, joint_rands)
-        out_rows = F.as_rows(list(vdaf.valid.truncate(F, meas)), n)
-        vs_bytes = F.encode(verifier)
-    good = ok & ~bad
-    out_shares[..., np.asarray(live)[good]] = out_rows[..., good]
+        vs_bytes, ok, bad = _query_all(vdaf, F, (meas, proofs, query_rands, joint_rands), out_shares,
+                                       np.asarray(live))
     for k, i in enumerate(live):
         if not ok[k]:
             reasons[i] = Rejection.MALFORMED
@@ -208,20 +230,19 @@ def verifier_shares_to_message(vdaf: p3.Prio3, ctx: bytes, verifier_shares: Sequ
     if not n:
         return messages, reasons
     vlen = size - (SEED if vdaf.uses_joint_rand else 0)
-    total = None
-    ok = np.ones(n, dtype=bool)
+    encoded = [np.frombuffer(b"".join(bytes(shares[i][:vlen]) for i in live), dtype=np.uint8).reshape(n, vlen)
+               for shares in verifier_shares]
+    ok, valid = np.ones(n, dtype=bool), np.ones(n, dtype=bool)
+    vl = vdaf.VERIFIER_LEN
     with np.errstate(over="ignore"):
-        for shares in verifier_shares:
-            raw = np.frombuffer(b"".join(bytes(shares[i][:vlen]) for i in live), dtype=np.uint8).reshape(n, vlen)
-            rows, canon = F.decode(raw)
-            ok &= canon
-            total = rows if total is None else F.add(total, rows)
-        assert total is not None
-        valid = np.ones(n, dtype=bool)
-        vl = vdaf.VERIFIER_LEN
         for cols in _blocks(n):
+            total = None
+            for matrix in encoded:
+                rows, canon = F.decode(matrix[cols])
+                ok[cols] &= canon
+                total = rows if total is None else F.add(total, rows)
             for k in range(vdaf.PROOFS):
-                valid[cols] &= flp.decide(vdaf.valid, F, list(total[k * vl:(k + 1) * vl, ..., cols]))
+                valid[cols] &= flp.decide(vdaf.valid, F, list(total[k * vl:(k + 1) * vl]))
     seeds: list[bytes] = []
     if vdaf.uses_joint_rand:
         binders = [b"".join(bytes(s[i][vlen:]) for s in verifier_shares) for i in live]

@@ -97,6 +97,10 @@ class VecField64:
             acc = self.add(acc, self.mul(w, v))
         return acc
 
+    def below_modulus(self, data: np.ndarray) -> np.ndarray:
+        """Per report of data (uint8, (N, k*8)): every encoded element is below p."""
+        return (np.ascontiguousarray(data).view("<u8").reshape(data.shape[0], -1) < self._p).all(axis=1)
+
     def decode(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rows, ok): data is uint8 of shape (N, k*8); rows is (k, N); ok marks
         the reports whose every element is below the modulus."""
@@ -109,7 +113,7 @@ class VecField64:
         return np.ascontiguousarray(np.asarray(rows, dtype=np.uint64).T).astype("<u8").view(np.uint8)
 
     def as_rows(self, elements, n: int) -> np.ndarray:
-        if not elements:
+        if len(elements) == 0:
             return np.zeros((0, n), dtype=np.uint64)
         return np.vstack([np.broadcast_to(np.asarray(e, dtype=np.uint64), (n,)) for e in elements])
 
@@ -132,6 +136,8 @@ _HALF = I64(1 << 31)
 _P128_LIMBS = np.array([1, 0, (1 << 32) - 28, (1 << 32) - 1], dtype=I64)  # p = 2**128 - 28 * 2**64 + 1
 _P128_HIGH_WORD = U64((1 << 64) - 28)
 _SCRATCH = threading.local()
+_SCRATCH_MAX_ELEMENTS = 1 << 18  # 2 MiB a work array; larger ones are allocated per call, not kept
+_CODEC_BLOCK = 1024  # reports decoded or encoded at a time (a cache-sized transpose)
 
 
 def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -139,6 +145,8 @@ def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     fresh temporaries of a few hundred KiB are page-faulted in again on every
     operation (glibc hands them back to the system when freed), which measured
     five to ten times slower than the arithmetic itself."""
+    if np.prod(shape) > _SCRATCH_MAX_ELEMENTS:
+        return np.empty(shape, I64)
     cache = getattr(_SCRATCH, "arrays", None)
     if cache is None:
         cache = _SCRATCH.arrays = {}
@@ -283,25 +291,36 @@ class VecField128:
         # is 0; with every limb below 2**32 in size, that is every limb 0.
         return ~self.sub(a, b).any(axis=-2)
 
+    def below_modulus(self, data: np.ndarray) -> np.ndarray:
+        """Per report of data (uint8, (N, k*16)): every encoded element is below p."""
+        words = np.ascontiguousarray(data).view("<u8").reshape(data.shape[0], -1, 2)
+        high, low = words[:, :, 1], words[:, :, 0]
+        return ((high < _P128_HIGH_WORD) | ((high == _P128_HIGH_WORD) & (low == 0))).all(axis=1)
+
     def decode(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rows, ok): data is uint8 of shape (N, k*16); rows is (k, 4, N); ok
         marks the reports whose every element is below the modulus."""
         n = data.shape[0]
         raw = np.ascontiguousarray(data)
-        words = raw.view("<u8").reshape(n, -1, 2)
-        high, low = words[:, :, 1], words[:, :, 0]
-        ok = ((high < _P128_HIGH_WORD) | ((high == _P128_HIGH_WORD) & (low == 0))).all(axis=1)
-        limbs = raw.view("<u4").reshape(n, -1, 4).transpose(1, 2, 0)
-        return _carry(np.ascontiguousarray(limbs, dtype=I64)), ok
+        ok = self.below_modulus(raw)
+        limbs = raw.view("<u4").reshape(n, -1, 4)
+        rows = np.empty((limbs.shape[1], 4, n), dtype=I64)
+        for s in range(0, n, _CODEC_BLOCK):
+            block = rows[..., s:s + _CODEC_BLOCK]
+            block[...] = limbs[s:s + _CODEC_BLOCK].transpose(1, 2, 0)
+            _carry(block)
+        return rows, ok
 
     def encode(self, rows: np.ndarray) -> np.ndarray:
         """uint8 (N, k*16) from rows (k, 4, N)."""
-        limbs = _canonical(rows)
-        n = limbs.shape[-1]
-        return np.ascontiguousarray(limbs.transpose(2, 0, 1)).astype("<u4").view(np.uint8).reshape(n, -1)
+        k, _, n = rows.shape
+        out = np.empty((n, k, 4), dtype="<u4")
+        for s in range(0, n, _CODEC_BLOCK):
+            out[s:s + _CODEC_BLOCK] = _canonical(rows[..., s:s + _CODEC_BLOCK]).transpose(2, 0, 1)
+        return out.view(np.uint8).reshape(n, -1)
 
     def as_rows(self, elements, n: int) -> np.ndarray:
-        if not elements:
+        if len(elements) == 0:
             return np.zeros((0, 4, n), dtype=I64)
         return np.stack([np.broadcast_to(e, (4, n)) for e in elements])
 

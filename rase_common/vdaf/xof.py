@@ -57,18 +57,22 @@ def _expand_one(vfield, seed: bytes, dst: bytes, binder: bytes, length: int) -> 
     return out
 
 
-def expand_rows(vfield, seeds: Sequence[bytes], dst: bytes, binders: Sequence[bytes], length: int) -> np.ndarray:
-    """Rows (length, N): report i's vector expanded from seeds[i] and binders[i]."""
+def expand_encoded(vfield, seeds: Sequence[bytes], dst: bytes, binders: Sequence[bytes], length: int) -> np.ndarray:
+    """uint8 (N, length * ENCODED_SIZE): report i's vector expanded from
+    seeds[i] and binders[i], encoded (every element below the modulus)."""
     n = len(seeds)
     size = vfield.ENCODED_SIZE
     if n == 0:
-        return vfield.rows_zeros(length, 0)
+        return np.zeros((0, length * size), dtype=np.uint8)
     # Both fields' moduli sit just below a power of two of ENCODED_SIZE bytes,
     # so the draft's mask is the identity and only values >= p are rejected.
     assert next_power_of_2(vfield.MODULUS) == 1 << (8 * size)
     buf = b"".join(_streams(seeds, dst, binders, length * size))
-    rows, ok = vfield.decode(np.frombuffer(buf, dtype=np.uint8).reshape(n, length * size))
-    for i in np.flatnonzero(~ok):
-        redone = _expand_one(vfield, seeds[i], dst, binders[i], length)
-        rows[..., i:i + 1] = vfield.rows_from_ints([[x] for x in redone])
-    return rows
+    raw = np.frombuffer(buf, dtype=np.uint8).reshape(n, length * size)
+    redo = np.flatnonzero(~vfield.below_modulus(raw))
+    if len(redo):
+        raw = raw.copy()
+        for i in redo:
+            redone = _expand_one(vfield, seeds[i], dst, binders[i], length)
+            raw[i] = np.frombuffer(vfield.scalar.encode_vec(redone), dtype=np.uint8)
+    return raw
