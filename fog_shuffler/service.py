@@ -91,8 +91,8 @@ class FogService(Service):
                                            lateness_periods=None), own)
         self.params = cfg.shuffler.params()
         # Attacker detection (fog_shuffler.screening), None when [detection] is off.
-        self.screen = (DeviceScreen(own, cfg.detection.false_alarm_per_device_day, self.metrics.devices_quarantined)
-                       if cfg.detection.enabled else None)
+        self.screen = (DeviceScreen(own, cfg.detection.false_alarm_per_device_day, self.metrics.devices_quarantined,
+                                    checkpoint_s=cfg.detection.checkpoint_s) if cfg.detection.enabled else None)
         self.arrived, self.due, self.outbox_wakeup = Wakeup(), Wakeup(), Wakeup()
         self.wakeup = Wakeups(self.arrived, self.due)   # a driver moved a manual clock: look again
         self.storage = Outage("fog journal", log, gauge=self.metrics.storage_ok, backoff=Backoff(cap_s=1.0))
@@ -144,6 +144,7 @@ class FogService(Service):
         self._restore()
         if self.screen is not None:
             self.screen.restore(self.journal)
+            stack.callback(self.screen.checkpoint_at_stop, self.journal)   # before the journal closes
         self.outbox_size = len(self.journal.unsent())
         if self.cfg.metrics_port is not None:
             self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
@@ -414,7 +415,7 @@ class FogService(Service):
             if not self.storage.down and not self._held and not self._draining:
                 try:
                     if self.screen is not None:
-                        self.screen.apply_releases(self.journal)
+                        self.screen.between_batches(self.journal)   # releases; a checkpoint when due
                     await self._close_due()
                 except StorageError as err:
                     self._rebuild = True
