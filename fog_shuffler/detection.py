@@ -163,9 +163,10 @@ class Scorer:
         self.memo: dict[float, tuple[float, tuple[float, ...]]] = {}
 
     def scores(self, y: float) -> tuple[float, tuple[float, ...]]:
-        got = self.memo.get(y)
-        if got is None or y == 0.0:        # -0.0 == 0.0 as a key: compute zeros, never look them up
-            got = (self.plan.value(y), tuple(self.plan.increments(y)))
+        """Computed, and remembered (callers look in memo first). A zero is
+        never remembered: -0.0 and 0.0 are one key."""
+        got = (self.plan.value(y), tuple(self.plan.increments(y)))
+        if y != 0.0:
             if len(self.memo) >= self.MEMO_MAX:
                 self.memo.clear()
             self.memo[y] = got
@@ -245,21 +246,18 @@ class Detector:
 
     def observe(self, device: str, y: float, eps: float, kind: str, t: int, day: int) -> Alarm | None:
         """Fold one accepted report in; an Alarm when it quarantines the device.
-        (The fog's per-report path: its cost is the detector's, kept flat.)"""
+        (The fog's per-report path: written for speed, checked against the
+        plain definition by tests/unit/fog_shuffler/test_detection.py.)"""
         if device in self.quarantined or device in self._newly:
             return None
         scorer = self._scorers.get((kind, eps)) or self.scorer(kind, eps)
-        value, increments = scorer.scores(y)
+        value, increments = scorer.memo.get(y) or scorer.scores(y)
         state = self.states.get(device)
-        if device not in self._undo:
-            self._undo[device] = (None if state is None else
-                                  (state.kind, state.day, state.reports, state.total, state.cusum[:]))
-        if state is None:
-            state = self.states[device] = DeviceState(kind, day, 0, 0.0, [0.0] * len(increments))
-        elif state.kind != kind or state.day != day or len(state.cusum) != len(increments):
-            # A new day, or another kind of report: the statistics restart (never adds alarms).
-            state.kind, state.day, state.reports, state.total = kind, day, 0, 0.0
-            state.cusum = [0.0] * len(increments)
+        if state is None or state.kind != kind or state.day != day or len(state.cusum) != len(increments):
+            state = self._fresh(device, state, kind, day, len(increments))
+        elif device not in self._undo:
+            # Its state before this batch, for rollback() (the CUSUMs are updated in place: a copy).
+            self._undo[device] = (state.kind, state.day, state.reports, state.total, state.cusum[:])
         state.reports += 1
         state.total += value
         w, h, tipped = state.cusum, scorer.h, False
@@ -273,6 +271,15 @@ class Detector:
         if not tipped:
             return None
         return self._alarm(device, t, state, scorer)
+
+    def _fresh(self, device: str, old: DeviceState | None, kind: str, day: int, slots: int) -> DeviceState:
+        """A device's first report today (or of another kind): its statistics
+        start at 0 (a restart never adds alarms). The old state object is
+        replaced, not changed, so rollback() can keep it as it is."""
+        if device not in self._undo:
+            self._undo[device] = None if old is None else (old.kind, old.day, old.reports, old.total, old.cusum)
+        state = self.states[device] = DeviceState(kind, day, 0, 0.0, [0.0] * slots)
+        return state
 
     def _alarm(self, device: str, t: int, state: DeviceState, scorer: Scorer) -> Alarm:
         plan, w = scorer.plan, state.cusum
