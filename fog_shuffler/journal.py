@@ -42,8 +42,9 @@ CREATE TABLE IF NOT EXISTS closed (region TEXT, t INTEGER, rev INTEGER DEFAULT 0
 """
 
 # Attacker detection (fog_shuffler.detection): each device's statistics today
-# (as of the last checkpoint), the devices quarantined, and release requests from `rase fog release` (written
-# by the operator's command while the fog runs; the fog applies them).
+# (as of the last checkpoint, fog_shuffler.screening), the devices quarantined,
+# and release requests from `rase fog release` (written by the operator's
+# command while the fog runs; the fog applies them).
 DETECTION_SCHEMA = """
 CREATE TABLE IF NOT EXISTS detector (device TEXT PRIMARY KEY, kind TEXT, day INTEGER, reports INTEGER, total REAL,
                                      cusum BLOB);

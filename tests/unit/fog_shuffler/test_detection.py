@@ -189,10 +189,12 @@ def test_the_detector_gives_exactly_the_plain_definitions_numbers():
             if dev in quarantined:
                 assert alarm is None
                 continue
-            plan, h = plan_for(kind, eps, SETTING), d.threshold_for(kind, eps)
+            plan = plan_for(kind, eps, SETTING)
+            h = threshold(len(plan.cusums), 8.0)
             s = plain.get(dev)
             if s is None or (s["kind"], s["day"], len(s["cusum"])) != (kind, day, len(plan.cusums)):
-                s = plain[dev] = {"kind": kind, "day": day, "reports": 0, "total": 0.0, "cusum": [0.0] * len(plan.cusums)}
+                s = plain[dev] = {"kind": kind, "day": day, "reports": 0, "total": 0.0,
+                                  "cusum": [0.0] * len(plan.cusums)}
             assert (alarm is not None) == plain_observe(plan, h, s, y)
             if alarm is not None:
                 quarantined.add(dev)
