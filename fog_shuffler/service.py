@@ -88,8 +88,8 @@ class FogService(Service):
                                  grace_periods=cfg.lateness_periods + 2,
                                  policy=cfg.control_policy.build(cfg.period_s))
         # Attacker detection (fog_shuffler.screening), None when [detection] is off.
-        self.screen = (DeviceScreen(own, cfg.detection.false_alarm_per_device_day, self.metrics.devices_quarantined)
-                       if cfg.detection.enabled else None)
+        self.screen = (DeviceScreen(own, cfg.detection.false_alarm_per_device_day, self.metrics.devices_quarantined,
+                                    checkpoint_s=cfg.detection.checkpoint_s) if cfg.detection.enabled else None)
         self.arrived, self.due, self.outbox_wakeup = Wakeup(), Wakeup(), Wakeup()
         self.wakeup = Wakeups(self.arrived, self.due)   # a driver moved a manual clock: look again
         self.storage = Outage("fog journal", log, gauge=self.metrics.storage_ok, backoff=Backoff(cap_s=1.0))
@@ -148,6 +148,7 @@ class FogService(Service):
         self._restore()
         if self.screen is not None:
             self.screen.restore(self.journal)
+            stack.callback(self.screen.checkpoint_at_stop, self.journal)   # before the journal closes
         self.outbox.restored(len(self.journal.unsent()))
         self.closer = WindowCloser(self.cfg, journal=self.journal, metrics=self.metrics, counters=self.counters,
                                    outbox=self.outbox, gate=self.gate, leader=self.leader)
@@ -372,7 +373,7 @@ class FogService(Service):
             if not self.storage.down and self.hold.may_close:
                 try:
                     if self.screen is not None:
-                        self.screen.apply_releases(self.journal)
+                        self.screen.between_batches(self.journal)   # releases; a checkpoint when due
                     await self.closer.close_due(self.windows, self.now_t())
                 except StorageError as err:
                     self.hold.stale = True      # the in-memory windows may be ahead of the journal
