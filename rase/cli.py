@@ -27,9 +27,18 @@ def _run_tool(coro):
     def on_term(signum, frame):  # noqa: ANN001
         raise KeyboardInterrupt
 
+    result = []
+
+    async def keep_result_out_of_the_task() -> None:
+        # On its way out asyncio.run (3.11) looks its SIGINT handler up with
+        # signal.getsignal, whose failed enum lookup formats repr(main task),
+        # result included: a 24 h replay's PipelineResult, every aggregate in full (0.6 s).
+        result.append(await coro)
+
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        return asyncio.run(coro)
+        asyncio.run(keep_result_out_of_the_task())
+        return result[0]
     finally:
         signal.signal(signal.SIGTERM, previous)
 

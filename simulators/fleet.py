@@ -23,7 +23,6 @@ import paho.mqtt.client as mqtt
 from edge_agent import wire
 from edge_agent.core import AgentCore
 from rase_common.mqtt import BrokerConfig, connect_in_background, paho_client
-from simulators.secagg import accelerate
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,9 @@ class FleetTransport:
         self.feedback = feedback
         self._feedback_of = {wire.feedback_topic(c.region, c.device): c.device for c in cores} if feedback else {}
         c = self.client = paho_client(broker, client_id)
-        c.max_inflight_messages_set(max_inflight)
+        # pump() keeps at most max_inflight reports unacknowledged. paho's own cap stays off (0): with
+        # one, paho rescans every unacknowledged message on each PUBACK (a sixth of a replay fleet's CPU).
+        c.max_inflight_messages_set(0)
         c.max_queued_messages_set(0)
         c.on_connect = self._on_connect
         c.on_disconnect = lambda *a: self.connected.clear()
@@ -81,7 +82,11 @@ class FleetTransport:
             try:
                 for core in self.cores:
                     core.apply_control(msg.payload)
-                    accelerate(core)          # prio3: the same reports, made faster (simulators.secagg)
+                    if getattr(core.randomizer, "mechanism", None) == "prio3":
+                        # the same reports, made faster; imported only here (it costs the
+                        # fleet a second of start-up through scipy)
+                        from simulators.secagg import accelerate
+                        accelerate(core)
                 self.control_applied.set()
             except ValueError as err:
                 self.control_errors += 1

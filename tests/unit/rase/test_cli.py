@@ -112,3 +112,22 @@ def test_calibrate_write_to_a_broken_config_is_one_line(tmp_path, capsys):
     assert main(["calibrate", "--eps", "1", "--write", str(bad)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "level" in captured.err and len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_tools_result_comes_back_without_being_formatted():
+    """asyncio.run (3.11) formats repr(main task) on its way out; a replay's
+    result (every aggregate, its devices' readings) must not be in that task."""
+    from rase.cli import _run_tool
+
+    formatted = []
+
+    class Result:
+        def __repr__(self) -> str:
+            formatted.append(1)
+            return "Result()"
+
+    async def tool() -> Result:
+        return Result()
+
+    assert isinstance(_run_tool(tool()), Result)
+    assert formatted == []

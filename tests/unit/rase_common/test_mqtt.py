@@ -108,6 +108,57 @@ def test_ack_batch_acknowledges_every_message_to_a_real_broker(mosquitto, batche
     assert redelivered == (0 if batched else 500)
 
 
+def _publish_all(broker: BrokerConfig, client_id: str, topic: str, mqtt5: bool, n: int = 300):  # noqa: ANN202
+    """n QoS 1 publishes, each completed: (info, mid, reason code value) per on_publish call."""
+    done: list[tuple[int, int]] = []
+    pub = paho_client(broker, client_id, mqtt5=mqtt5)
+    pub.on_publish = lambda c, u, mid, rc, props: done.append((mid, rc.value))
+    connect_in_background(pub, broker)
+    deadline = time.time() + 10
+    while not pub.is_connected() and time.time() < deadline:
+        time.sleep(0.02)
+    infos = [pub.publish(topic, str(i), qos=1) for i in range(n)]
+    for info in infos:
+        info.wait_for_publish(10)
+    pub.disconnect()
+    pub.loop_stop()
+    assert all(info.is_published() for info in infos)
+    return infos, done
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mqtt5", [False, True], ids=["mqtt311", "mqtt5"])
+def test_plain_pubacks_complete_every_publish_without_pahos_decoder(mosquitto, mqtt5, monkeypatch):
+    """The broker's two-byte PUBACKs (MQTT 3.1.1, and MQTT 5 success) complete
+    each QoS 1 publish once, with paho's success reason code, without paho's
+    own PUBACK handler; a PUBACK with a reason (MQTT 5 "no matching
+    subscribers") still goes through paho and keeps its reason."""
+    import rase_common.mqtt as rmqtt
+
+    assert rmqtt.FAST_PUBACKS
+    slow = []
+    paho_handler = mqtt.Client._handle_pubackcomp
+    monkeypatch.setattr(mqtt.Client, "_handle_pubackcomp",
+                        lambda self, cmd: (slow.append(cmd), paho_handler(self, cmd))[1])
+    broker = BrokerConfig(port=mosquitto.port)
+    topic = f"test/fastpuback/{mqtt5}"
+    sub = paho_client(broker, f"fastpuback-sub-{mqtt5}")
+    sub.on_connect = lambda c, u, f, rc, p: c.subscribe(topic, qos=1)
+    sub.on_subscribe = lambda *a: subscribed.set()
+    subscribed = threading.Event()
+    connect_in_background(sub, broker)
+    assert subscribed.wait(10)
+    infos, done = _publish_all(broker, f"fastpuback-{mqtt5}", topic, mqtt5)
+    sub.disconnect()
+    sub.loop_stop()
+    assert sorted(done) == sorted((info.mid, 0) for info in infos)
+    assert slow == []
+    if mqtt5:
+        infos, done = _publish_all(broker, "fastpuback-nobody", "test/fastpuback/nobody", mqtt5, n=20)
+        assert sorted(done) == sorted((info.mid, 16) for info in infos)    # 0x10: no matching subscribers
+        assert slow == ["PUBACK"] * 20
+
+
 # -- batched reads: split_publishes ------------------------------------------------
 
 
