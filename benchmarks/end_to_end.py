@@ -3,7 +3,7 @@ process(es) -> `rase fusion` process -> a subscriber, all real processes on
 loopback, against the same broker's raw ceilings measured in the same run.
 
     python benchmarks/end_to_end.py [--devices 10000] [--windows 20] [--publishers 3]
-                                    [--rounds 1] [--no-two-fogs]
+                                    [--rounds 1] [--no-two-fogs] [--no-normal] [--detection-off]
                                     [--mechanism br|prio3] [--prio3-windows 8] [--prio3-pace 8]
                                     [--json]
 
@@ -20,8 +20,11 @@ Measured, in this order, `--rounds` times:
   registered devices reported), window-close-to-aggregate latency p50/p99
   (window seen on rase/v1/windows -> its aggregate seen, same subscriber),
   and reports lost (sent - sum of n over aggregates; must be 0);
+- with `--detection-off`, one fog (FULL) with its attacker detection off
+  (RASE_FOG_DETECTION__ENABLED=false): what detection costs;
 - one fog with synchronous=NORMAL (RASE_BENCH_JOURNAL_SYNCHRONOUS, a switch
-  for this benchmark only): what the durable acknowledgements cost;
+  for this benchmark only): what the durable acknowledgements cost
+  (`--no-normal` leaves it out);
 - two fogs, one region each, the same total load (FULL); `--no-two-fogs`
   leaves it out.
 These local-DP runs send BR reports (a grid value each), so the services run
@@ -88,6 +91,7 @@ LATENESS = 100_000          # windows close only when all their devices reported
 PROBE_TOPIC = "rase/v1/reports/probe/probe"
 PRIO3_MAX = 4000            # Prio3Sum of readings on the 0..4000 W grid (12 bits)
 BARRIER_TIMEOUT_S = 1800    # making prio3 reports is dear on a loaded machine
+DETECTION_OFF_ENV = "RASE_FOG_DETECTION__ENABLED"
 
 
 def _device(region: str, i: int) -> str:
@@ -537,15 +541,17 @@ def _percentiles(values: list[float]) -> dict:
 
 
 def pipeline(port: int, broker_pid: int, fogs: int, publishers: int, devices: int, windows: int,
-             synchronous: str = "FULL") -> dict:
-    """`fogs` fog processes, one region each, each region `devices` devices (local DP, BR)."""
+             synchronous: str = "FULL", detection: bool = True) -> dict:
+    """`fogs` fog processes, one region each, each region `devices` devices (local DP, BR);
+    detection False: the fogs' attacker detection off (RASE_FOG_DETECTION__ENABLED=false)."""
     regions = [f"r{i + 1}" for i in range(fogs)]
     tag = f"{os.getpid()}-{time.monotonic_ns()}"
     with tempfile.TemporaryDirectory(prefix="rase-e2e-") as tmp:
         work = Path(tmp)
         fusion_cfg, *fog_cfgs = _write_configs(work, port, regions, devices, [[r] for r in regions], tag)
         journals = {r: work / f"fog{i}.sqlite" for i, r in enumerate(regions)}
-        with _services(port, work, fusion_cfg, fog_cfgs, journals, {SYNCHRONOUS_ENV: synchronous}) as (
+        env = {SYNCHRONOUS_ENV: synchronous, **({} if detection else {DETECTION_OFF_ENV: "false"})}
+        with _services(port, work, fusion_cfg, fog_cfgs, journals, env) as (
                 sub, fusion, fog_procs):
             cpu = CpuSampler({"fog": [p.pid for p in fog_procs], "fusion": [fusion.pid], "broker": [broker_pid],
                               "subscriber (this script)": [os.getpid()]})
@@ -629,8 +635,11 @@ def one_round(broker: Mosquitto, args: argparse.Namespace) -> dict:
     out = {"load_average_before": os.getloadavg()}
     runs = {"ceiling_c": lambda: ceiling_c(port, pid, pubs, devs, wins),
             "ceiling_paho": lambda: ceiling_paho(port, pid, pubs, devs, wins),
-            "one_fog_full": lambda: pipeline(port, pid, 1, pubs, devs, wins, "FULL"),
-            "one_fog_normal": lambda: pipeline(port, pid, 1, pubs, devs, wins, "NORMAL")}
+            "one_fog_full": lambda: pipeline(port, pid, 1, pubs, devs, wins, "FULL")}
+    if args.detection_off:
+        runs["one_fog_full_no_detection"] = lambda: pipeline(port, pid, 1, pubs, devs, wins, "FULL", detection=False)
+    if args.normal:
+        runs["one_fog_normal"] = lambda: pipeline(port, pid, 1, pubs, devs, wins, "NORMAL")
     if args.two_fogs:
         runs["two_fogs_full"] = lambda: pipeline(port, pid, 2, pubs, devs // 2, wins)
     if args.mechanism == "prio3":
@@ -641,7 +650,7 @@ def one_round(broker: Mosquitto, args: argparse.Namespace) -> dict:
         out[name] = run()
     out["load_average_after"] = os.getloadavg()
     c, paho, local = out["ceiling_c"]["rate"], out["ceiling_paho"]["rate"], out["one_fog_full"]["rate"]
-    for name in ("one_fog_full", "one_fog_normal", "two_fogs_full", "prio3"):
+    for name in ("one_fog_full", "one_fog_full_no_detection", "one_fog_normal", "two_fogs_full", "prio3"):
         if name in out:
             out[name]["vs_c_ceiling"] = out[name]["rate"] / c
             out[name]["vs_paho_ceiling"] = out[name]["rate"] / paho
@@ -651,7 +660,8 @@ def one_round(broker: Mosquitto, args: argparse.Namespace) -> dict:
         out["prio3"].update(to_aggregate_vs_c_ceiling=to_agg / c, to_aggregate_vs_paho_ceiling=to_agg / paho,
                             to_aggregate_vs_local_dp=to_agg / local)
     out["paho_vs_c_ceiling"] = paho / c
-    out["full_vs_normal"] = out["one_fog_full"]["rate"] / out["one_fog_normal"]["rate"]
+    if "one_fog_normal" in out:
+        out["full_vs_normal"] = out["one_fog_full"]["rate"] / out["one_fog_normal"]["rate"]
     return out
 
 
@@ -677,7 +687,11 @@ def _print_round(k: int, r: dict, args: argparse.Namespace) -> None:
     print(f"{'run':<36}{'reports/s':>11}{'/ C ceil':>10}{'/ paho':>8}{'/ DP':>7}{'p50 ms':>8}{'p99 ms':>8}"
           f"{'lost':>6}{'busy':>6}  CPU us per report")
     rows = [("ceiling: C sub (mosquitto_sub)", r["ceiling_c"]), ("ceiling: paho sub", r["ceiling_paho"]),
-            ("one fog, synchronous=FULL", r["one_fog_full"]), ("one fog, synchronous=NORMAL", r["one_fog_normal"])]
+            ("one fog, synchronous=FULL", r["one_fog_full"])]
+    if "one_fog_full_no_detection" in r:
+        rows.append(("one fog, FULL, detection off", r["one_fog_full_no_detection"]))
+    if "one_fog_normal" in r:
+        rows.append(("one fog, synchronous=NORMAL", r["one_fog_normal"]))
     if "two_fogs_full" in r:
         rows.append(("two fogs (half each), FULL", r["two_fogs_full"]))
     for name, x in rows:
@@ -688,9 +702,12 @@ def _print_round(k: int, r: dict, args: argparse.Namespace) -> None:
         print(_row("prio3, to last aggregate", p["rate_to_last_aggregate"], r, p))
         paced = f"prio3, a window every {args.prio3_pace:g} s (offered)"
         print(_row(paced, q["offered_rate"], r, q, ratios=False))
-    print(f"synchronous FULL / NORMAL: {r['full_vs_normal']:.2f}"
-          + (f"; two fogs / one fog: {r['two_fogs_full']['rate'] / r['one_fog_full']['rate']:.2f}"
-             if "two_fogs_full" in r else ""))
+    ratios = [f"synchronous FULL / NORMAL: {r['full_vs_normal']:.2f}"] if "full_vs_normal" in r else []
+    if "one_fog_full_no_detection" in r:
+        ratios.append(f"detection on / off: {r['one_fog_full']['rate'] / r['one_fog_full_no_detection']['rate']:.2f}")
+    if "two_fogs_full" in r:
+        ratios.append(f"two fogs / one fog: {r['two_fogs_full']['rate'] / r['one_fog_full']['rate']:.2f}")
+    print("; ".join(ratios))
     if "prio3" in r:
         for name, x in (("throughput", r["prio3"]), ("paced", r["prio3_paced"])):
             close = (f"mean {x['close_s_mean']:.3f} s, max {x['close_s_max']:.3f} s"
@@ -706,6 +723,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--publishers", type=int, default=3, help="load-generator processes")
     ap.add_argument("--rounds", type=int, default=1, help="repeat every run this many times, interleaved")
     ap.add_argument("--no-two-fogs", dest="two_fogs", action="store_false", help="leave out the two-fog run")
+    ap.add_argument("--no-normal", dest="normal", action="store_false",
+                    help="leave out the one-fog run with the journal's synchronous=NORMAL")
+    ap.add_argument("--detection-off", action="store_true",
+                    help="also one fog (FULL) with its attacker detection off, beside the one with it on")
     ap.add_argument("--mechanism", choices=["br", "prio3"], default="br",
                     help="prio3: the secure-aggregation runs too, beside the local-DP (BR) ones in the same round")
     ap.add_argument("--prio3-windows", type=int, default=8, help="prio3: windows of --devices reports per run")
@@ -730,11 +751,18 @@ def main(argv: list[str] | None = None) -> int:
         _print_round(k, r, args)
     summary = {key: statistics.median(r["one_fog_full"][key] for r in rounds)
                for key in ("vs_c_ceiling", "vs_paho_ceiling")}
-    summary["full_vs_normal"] = statistics.median(r["full_vs_normal"] for r in rounds)
+    if args.normal:
+        summary["full_vs_normal"] = statistics.median(r["full_vs_normal"] for r in rounds)
+    if args.detection_off:
+        summary["no_detection_vs_c_ceiling"] = statistics.median(r["one_fog_full_no_detection"]["vs_c_ceiling"]
+                                                                 for r in rounds)
     summary["paho_vs_c_ceiling"] = statistics.median(r["paho_vs_c_ceiling"] for r in rounds)
     print(f"\nmedian over {len(rounds)} round(s): one fog (FULL) / C ceiling {summary['vs_c_ceiling']:.2f}, "
-          f"/ paho ceiling {summary['vs_paho_ceiling']:.2f}; FULL / NORMAL {summary['full_vs_normal']:.2f}; "
-          f"paho / C ceiling {summary['paho_vs_c_ceiling']:.2f}")
+          f"/ paho ceiling {summary['vs_paho_ceiling']:.2f}"
+          + (f"; FULL / NORMAL {summary['full_vs_normal']:.2f}" if "full_vs_normal" in summary else "")
+          + (f"; detection off / C ceiling {summary['no_detection_vs_c_ceiling']:.2f}"
+             if "no_detection_vs_c_ceiling" in summary else "")
+          + f"; paho / C ceiling {summary['paho_vs_c_ceiling']:.2f}")
     if args.mechanism == "prio3":
         for key in ("vs_c_ceiling", "vs_local_dp", "to_aggregate_vs_local_dp"):
             summary[f"prio3_{key}"] = statistics.median(r["prio3"][key] for r in rounds)

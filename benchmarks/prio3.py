@@ -10,14 +10,23 @@ core's heap under both MicroPython ports (gc.mem_alloc deltas).
 Aggregators: windows of 1,000 / 10,000 / 100,000 reports: helper-share
 decryption (HPKE, cryptography), verify_init by the leader and by the
 helper, combining and checking (both sides), aggregation; seconds on one
-core, and each window's per-report time against the 1,000-report window.
+core (wall clock, and the process's CPU time beside it, which a loaded
+machine inflates less), and each window's per-report time against the
+1,000-report window.
 The windows' reports are made by the device code with xoflib's
 TurboSHAKE128 swapped in for speed (making them is not what is measured);
 Count and Sum reuse a pool of 1,000 shards under fresh nonces, which is
 exactly what sharding with those nonces gives (no joint randomness).
 
-    python benchmarks/prio3.py [--device-n 30] [--sizes 1000,10000,100000]
-                               [--hist-sizes 1000,10000] [--json]
+Field: one Field128 operation over 10,000 elements (product, sum, a dot
+product of 16 products, equality) on rase_common.vdaf.field's 32-bit limbs,
+beside the same operation on numpy object arrays of Python ints (the
+representation before issue 19's follow-up) in the same run.
+
+    python benchmarks/prio3.py [--parts device,aggregators,field]
+                               [--variants sum12,count,histogram20]
+                               [--device-n 30] [--sizes 1000,10000,100000]
+                               [--hist-sizes 1000,10000,100000] [--json]
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -39,8 +50,10 @@ import edge_agent.prio3 as p3  # noqa: E402
 from edge_agent.entropy import RandomBits  # noqa: E402
 from edge_agent.prio3_report import helper_share_info, make_report  # noqa: E402
 from edge_agent.randomizer import BudgetRandomizer, Calibration  # noqa: E402
+from edge_agent.vdaf_field import FIELD128  # noqa: E402
 from rase_common.vdaf import Prio3Aggregator, generate_keypair, open_helper_shares, xof  # noqa: E402
 from rase_common.vdaf import hpke as server_hpke  # noqa: E402
+from rase_common.vdaf.field import vector_field  # noqa: E402
 from simulators.unix_board import run_unix  # noqa: E402
 from simulators.wasm_board import WASM_URANDOM, run_micropython  # noqa: E402
 
@@ -213,6 +226,7 @@ def verify_window(name: str, reports: list, meas: list, sk: bytes, repeat: int) 
         helper_inputs = open_helper_shares(sk, CTX, nonces, publics, [r[3] for r in reports])
         t["decrypt_s"] = time.perf_counter() - t0
         leader, helper = (Prio3Aggregator(vdaf, b"k" * 32, CTX, a) for a in (0, 1))
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         to_helper = leader.start(nonces, publics, [r[2] for r in reports])
         t["leader_init_s"] = time.perf_counter() - t0
@@ -225,6 +239,7 @@ def verify_window(name: str, reports: list, meas: list, sk: bytes, repeat: int) 
         t0 = time.perf_counter()
         shares = [leader.aggregate(both), helper.aggregate(both)]
         t["aggregate_both_s"] = time.perf_counter() - t0
+        t["verify_both_cpu_s"] = time.process_time() - cpu0
         t["verify_both_s"] = t["leader_init_s"] + t["helper_init_s"] + t["finish_both_s"] + t["aggregate_both_s"]
         result = vdaf.unshard(shares, int(both.sum()))
         want = [meas.count(b) for b in range(20)] if name == "histogram20" else sum(meas)
@@ -233,14 +248,15 @@ def verify_window(name: str, reports: list, meas: list, sk: bytes, repeat: int) 
         if not best or t["verify_both_s"] < best["verify_both_s"]:
             best = t
     best["per_report_us"] = best["verify_both_s"] / len(reports) * 1e6
+    best["cpu_per_report_us"] = best["verify_both_cpu_s"] / len(reports) * 1e6
     return best
 
 
-def aggregators(sizes: list[int], hist_sizes: list[int], repeat: int) -> dict:
+def aggregators(variants: list[str], sizes: list[int], hist_sizes: list[int], repeat: int) -> dict:
     sk, pk = generate_keypair()
     rng = random.Random(2026)
     out: dict = {}
-    for name in VARIANTS:
+    for name in variants:
         rows = {}
         for n in (hist_sizes if name == "histogram20" else sizes):
             t0 = time.perf_counter()
@@ -250,21 +266,46 @@ def aggregators(sizes: list[int], hist_sizes: list[int], repeat: int) -> dict:
         first = min(rows)
         for n, r in rows.items():
             r["growth_per_report_vs_smallest"] = r["per_report_us"] / rows[first]["per_report_us"]
+            r["cpu_growth_per_report_vs_smallest"] = r["cpu_per_report_us"] / rows[first]["cpu_per_report_us"]
         out[name] = rows
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device-n", type=int, default=30, help="reports per variant on each device runtime")
-    ap.add_argument("--sizes", default="1000,10000,100000", help="window sizes for Count and Sum")
-    ap.add_argument("--hist-sizes", default="1000,10000", help="window sizes for Histogram")
-    ap.add_argument("--repeat", type=int, default=2, help="best of this many runs for windows <= 10,000")
-    ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    args = ap.parse_args()
-    _, pk = generate_keypair()
-    cp = device_cpython(args.device_n, pk)
-    mp = device_micropython(args.device_n, pk)
+def field_ops(n: int, repeat: int) -> dict:
+    """Best-of-repeat microseconds of one Field128 operation over n elements:
+    32-bit limbs (rase_common.vdaf.field) and Python ints in object arrays."""
+    F, p = vector_field(FIELD128), FIELD128.MODULUS
+    rng = random.Random(7)
+    a, b = ([rng.randrange(p) for _ in range(n)] for _ in range(2))
+    A, B = F.from_ints(a), F.from_ints(b)
+    a_obj, b_obj = np.array(a, dtype=object), np.array(b, dtype=object)
+    ops = {"product": (lambda: F.mul(A, B), lambda: a_obj * b_obj % p),
+           "sum": (lambda: F.add(A, B), lambda: (a_obj + b_obj) % p),
+           "dot of 16 products": (lambda: F.dot([A] * 16, [B] * 16),
+                                  lambda: sum(a_obj * b_obj for _ in range(16)) % p),
+           "equality": (lambda: F.equal(A, B), lambda: a_obj == b_obj)}
+
+    def best_us(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times) * 1e6
+
+    out = {}
+    for name, (limbs, objects) in ops.items():
+        got, want = limbs(), objects()
+        same = F.to_ints(got) == [int(x) for x in want] if name != "equality" else list(got) == list(want)
+        if not same:
+            raise SystemExit(f"Field128 {name}: the limb result differs from Python's")
+        lu, ou = best_us(limbs), best_us(objects)
+        out[name] = {"limbs_us": lu, "python_int_objects_us": ou, "speedup": ou / lu}
+    return out
+
+
+def print_device(cp: dict, mp: dict) -> None:
     print(f"{'runtime':<26}{'BR rep/s':>12}" + "".join(f"{n + ' rep/s (/BR)':>28}" for n in VARIANTS))
     for label, rates in (("CPython " + sys.version.split()[0], cp), ("MicroPython unix", mp["unix"]["rates"]),
                          ("MicroPython WebAssembly", mp["wasm"]["rates"])):
@@ -279,27 +320,66 @@ def main() -> None:
         print("  allocated during one report (gc off): "
               + ", ".join(f"{k} {v:,}" for k, v in h["allocated_per_report_bytes"].items()))
     print(f"\nsmallest unix-port heap that makes all three kinds of report: {mp['unix']['smallest_heap_kib']} KiB")
-    agg = aggregators([int(x) for x in args.sizes.split(",")], [int(x) for x in args.hist_sizes.split(",")],
-                      args.repeat)
+
+
+def print_aggregators(agg: dict) -> None:
     print(f"\n{'variant':<13}{'reports':>9}{'decrypt s':>11}{'leader s':>10}{'helper s':>10}{'finish s':>10}"
-          f"{'agg s':>8}{'verify both s':>15}{'us/report':>11}{'growth':>8}")
+          f"{'agg s':>8}{'verify both s':>15}{'(cpu s)':>9}{'us/report':>11}{'growth':>8}{'(cpu)':>7}")
     for name, rows in agg.items():
         for n, r in rows.items():
             print(f"{name:<13}{n:>9,}{r['decrypt_s']:>11.3f}{r['leader_init_s']:>10.3f}{r['helper_init_s']:>10.3f}"
                   f"{r['finish_both_s']:>10.3f}{r['aggregate_both_s']:>8.3f}{r['verify_both_s']:>15.3f}"
-                  f"{r['per_report_us']:>11.1f}{r['growth_per_report_vs_smallest']:>8.2f}")
-    sum_rows = agg["sum12"]
-    targets = {"unix_sum12_reports_per_s": mp["unix"]["rates"]["sum12"]["per_s"],
-               "sum12_10000_verify_both_s": sum_rows.get(10_000, {}).get("verify_both_s"),
-               "sum12_worst_growth": max(r["growth_per_report_vs_smallest"] for r in sum_rows.values())}
-    print(f"\ntargets: unix port >= 20 Prio3Sum(12-bit) reports/s: {targets['unix_sum12_reports_per_s']:.1f}; "
-          f"10,000 reports verified by both < 2 s: {targets['sum12_10000_verify_both_s']}; "
-          f"growth no worse than linear (per-report time / smallest window's): {targets['sum12_worst_growth']:.2f}")
+                  f"{r['verify_both_cpu_s']:>9.3f}{r['per_report_us']:>11.1f}{r['growth_per_report_vs_smallest']:>8.2f}"
+                  f"{r['cpu_growth_per_report_vs_smallest']:>7.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default="device,aggregators,field", help="which of device, aggregators, field to run")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="aggregator variants to run")
+    ap.add_argument("--device-n", type=int, default=30, help="reports per variant on each device runtime")
+    ap.add_argument("--sizes", default="1000,10000,100000", help="window sizes for Count and Sum")
+    ap.add_argument("--hist-sizes", default="1000,10000,100000",
+                    help="window sizes for Histogram (making 100,000 of its reports takes minutes)")
+    ap.add_argument("--repeat", type=int, default=2, help="best of this many runs for windows <= 10,000")
+    ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    variants = args.variants.split(",")
+    if parts - {"device", "aggregators", "field"} or set(variants) - set(VARIANTS):
+        ap.error(f"--parts is a subset of device,aggregators,field and --variants of {','.join(VARIANTS)}")
+    result: dict = {"benchmark": "prio3", "device_n": args.device_n}
+    targets: dict = {}
+    if "device" in parts:
+        _, pk = generate_keypair()
+        cp = device_cpython(args.device_n, pk)
+        mp = device_micropython(args.device_n, pk)
+        print_device(cp, mp)
+        result["device"] = {"cpython": cp, "micropython_unix": mp["unix"], "micropython_wasm": mp["wasm"]}
+        targets["unix_sum12_reports_per_s"] = mp["unix"]["rates"]["sum12"]["per_s"]
+    if "aggregators" in parts:
+        agg = aggregators(variants, [int(x) for x in args.sizes.split(",")],
+                          [int(x) for x in args.hist_sizes.split(",")], args.repeat)
+        print_aggregators(agg)
+        result["aggregators"] = {k: {str(n): r for n, r in v.items()} for k, v in agg.items()}
+        for name, rows in agg.items():
+            targets[f"{name}_10000_verify_both_s"] = rows.get(10_000, {}).get("verify_both_s")
+            targets[f"{name}_worst_growth"] = max(r["growth_per_report_vs_smallest"] for r in rows.values())
+            targets[f"{name}_worst_cpu_growth"] = max(r["cpu_growth_per_report_vs_smallest"] for r in rows.values())
+    if "field" in parts:
+        ops = field_ops(10_000, 20)
+        print(f"\n{'Field128, 10,000 elements':<28}{'limbs us':>10}{'Python ints us':>16}{'speed-up':>10}")
+        for name, r in ops.items():
+            print(f"{name:<28}{r['limbs_us']:>10.0f}{r['python_int_objects_us']:>16.0f}{r['speedup']:>10.1f}")
+        result["field128_10000_elements"] = ops
+    print("\ntargets: unix port >= 20 Prio3Sum(12-bit) reports/s; 10,000 reports verified by both < 2 s; growth "
+          "(per-report time / smallest window's) no worse than linear:")
+    for key, value in targets.items():
+        print(f"  {key:<36}{value if value is None else round(value, 3)}")
+    result["targets"] = targets
+    result["load_average"] = os.getloadavg()
     if args.json:
-        print(json.dumps({"benchmark": "prio3", "device_n": args.device_n,
-                          "device": {"cpython": cp, "micropython_unix": mp["unix"], "micropython_wasm": mp["wasm"]},
-                          "aggregators": {k: {str(n): r for n, r in v.items()} for k, v in agg.items()},
-                          "targets": targets}))
+        print(json.dumps(result))
 
 
 if __name__ == "__main__":

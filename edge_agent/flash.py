@@ -19,14 +19,19 @@ from pathlib import Path
 
 from edge_agent import board_deps
 from edge_agent.config import AgentConfig
+from edge_agent.mechanisms import RANDOMIZERS
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-# The device core, in dependency order. manifest.py lists the same files.
-DEVICE_CORE = ("__init__.py", "entropy.py", "dlaplace.py", "randomizer.py", "ldp_rational.py", "duchi.py",
-               "piecewise.py", "mechanisms.py", "report_kind.py", "binary_rr.py", "categorical.py", "ledger.py",
-               "wire.py", "policy.py", "outbox.py", "schedule.py", "core.py", "dns.py", "board_net.py", "umqtt_transport.py",
-               "board.py", "vdaf_field.py", "turboshake.py", "flp.py", "prio3.py", "x25519.py",
-               "chacha20poly1305.py", "hpke.py", "prio3_report.py", "secagg.py")
+# The device core, in dependency order; the mechanisms' randomizer modules come
+# from the mechanism table (edge_agent.mechanisms.RANDOMIZERS), so a new
+# mechanism is not listed here. manifest.py lists the same files (a test checks).
+_RANDOMIZER_MODULES = tuple(dict.fromkeys(row[1] + ".py" for row in RANDOMIZERS))
+DEVICE_CORE = (("__init__.py", "entropy.py", "dlaplace.py", "ldp_rational.py", "report_kind.py")
+               + _RANDOMIZER_MODULES
+               + ("mechanisms.py", "ledger.py", "wire.py", "policy.py", "outbox.py", "schedule.py", "core.py",
+                  "dns.py", "board_net.py", "umqtt_transport.py", "board.py", "vdaf_field.py", "turboshake.py",
+                  "flp.py", "prio3.py", "x25519.py", "chacha20poly1305.py", "hpke.py", "prio3_report.py",
+                  "secagg.py"))
 
 MPREMOTE = [sys.executable, "-m", "mpremote"]
 # Run on the board: says whether umqtt.simple is importable (frozen or

@@ -130,7 +130,7 @@ def threshold(cusums: int, period_s: float, false_alarm: float = FALSE_ALARM_PER
     return math.log(cusums * per_day / false_alarm)
 
 
-@dataclass
+@dataclass(slots=True)
 class DeviceState:
     """A device's running statistics today: its reports, the sum of their
     debiased values, and one CUSUM per (test, lam) of its mechanism."""
@@ -147,6 +147,30 @@ class DeviceState:
     def from_row(cls, row: tuple) -> tuple[str, "DeviceState"]:
         device, kind, day, reports, total, cusum = row
         return device, cls(kind, int(day), int(reports), float(total), array("d", bytes(cusum or b"")).tolist())
+
+
+class Scorer:
+    """A plan, its threshold h, and each report value's (debiased value,
+    CUSUM increments) remembered: most mechanisms have few outputs, so a
+    report's scores are looked up, not computed (the same numbers: the plan's
+    own functions made them). Continuous outputs fill the memo, which is
+    cleared at MEMO_MAX entries."""
+    MEMO_MAX = 1 << 14
+    __slots__ = ("plan", "h", "memo")
+
+    def __init__(self, plan: Plan, h: float):
+        self.plan, self.h = plan, h
+        self.memo: dict[float, tuple[float, tuple[float, ...]]] = {}
+
+    def scores(self, y: float) -> tuple[float, tuple[float, ...]]:
+        """Computed, and remembered (callers look in memo first). A zero is
+        never remembered: -0.0 and 0.0 are one key."""
+        got = (self.plan.value(y), tuple(self.plan.increments(y)))
+        if y != 0.0:
+            if len(self.memo) >= self.MEMO_MAX:
+                self.memo.clear()
+            self.memo[y] = got
+        return got
 
 
 @dataclass(frozen=True)
@@ -173,9 +197,12 @@ class Alarm:
 class Detector:
     """Per-device CUSUMs and the quarantine list.
 
-    Changes are staged until commit() (the service commits them with the
-    batch of reports that caused them, in one journal transaction) or
-    dropped by rollback() (the batch was not journaled and will be retried)."""
+    A batch's changes are applied in place and undone by rollback() (the
+    batch was not journaled and will be retried); commit() keeps them (the
+    service commits the batch's alarms with its reports, in one journal
+    transaction). The statistics are journaled by checkpoint:
+    checkpoint_rows() are the devices changed since the last one,
+    checkpointed() says they are on disk."""
 
     def __init__(self, *, period_s: float, setting: Setting, false_alarm: float = FALSE_ALARM_PER_DEVICE_DAY,
                  states: dict[str, DeviceState] | None = None, quarantined: dict[str, int] | None = None):
@@ -185,82 +212,118 @@ class Detector:
         self.false_alarm = false_alarm
         self.states: dict[str, DeviceState] = dict(states or {})
         self.quarantined: dict[str, int] = dict(quarantined or {})    # device -> t it was quarantined at
-        self._staged: dict[str, DeviceState] = {}
+        self._undo: dict[str, tuple | None] = {}   # this batch: each device's state before it (None: had none)
         self._newly: dict[str, int] = {}
-        self._plans: dict[tuple[str, float], tuple[Plan, float]] = {}
+        self._dirty: set[str] = set()              # changed by committed batches since the last checkpoint
+        self._scorers: dict[tuple[str, float], Scorer] = {}
 
     # -- configuration -------------------------------------------------------------
     def configure(self, *, period_s: float, setting: Setting) -> None:
         """The protocol changed (period, range, grid): new laws and threshold from now on."""
         threshold(1, period_s, self.false_alarm)
         self.period_s, self.setting = period_s, setting
-        self._plans = {}
+        self._scorers = {}
+
+    def scorer(self, kind: str, eps: float) -> Scorer:
+        key = (kind, eps)
+        got = self._scorers.get(key)
+        if got is None:
+            plan = plan_for(kind, float(eps), self.setting)
+            got = self._scorers[key] = Scorer(plan, threshold(len(plan.cusums), self.period_s, self.false_alarm))
+        return got
 
     def plan(self, kind: str, eps: float) -> tuple[Plan, float]:
         """The CUSUMs for this kind and eps, and their threshold h."""
-        key = (kind, eps)
-        got = self._plans.get(key)
-        if got is None:
-            plan = plan_for(kind, float(eps), self.setting)
-            got = self._plans[key] = (plan, threshold(len(plan.cusums), self.period_s, self.false_alarm))
-        return got
+        s = self.scorer(kind, eps)
+        return s.plan, s.h
 
     def threshold_for(self, kind: str, eps: float) -> float:
-        return self.plan(kind, eps)[1]
+        return self.scorer(kind, eps).h
 
     # -- the test ---------------------------------------------------------------------
     def is_quarantined(self, device: str) -> bool:
         return device in self.quarantined or device in self._newly
 
     def observe(self, device: str, y: float, eps: float, kind: str, t: int, day: int) -> Alarm | None:
-        """Fold one accepted report in; an Alarm when it quarantines the device."""
-        if self.is_quarantined(device):
+        """Fold one accepted report in; an Alarm when it quarantines the device.
+        (The fog's per-report path: written for speed, checked against the
+        plain definition by tests/unit/fog_shuffler/test_detection.py.)"""
+        if device in self.quarantined or device in self._newly:
             return None
-        plan, h = self.plan(kind, eps)
-        state = self._state(device, kind, day, len(plan.cusums))
+        scorer = self._scorers.get((kind, eps)) or self.scorer(kind, eps)
+        value, increments = scorer.memo.get(y) or scorer.scores(y)
+        state = self.states.get(device)
+        if state is None or state.kind != kind or state.day != day or len(state.cusum) != len(increments):
+            state = self._fresh(device, state, kind, day, len(increments))
+        elif device not in self._undo:
+            # Its state before this batch, for rollback() (the CUSUMs are updated in place: a copy).
+            self._undo[device] = (state.kind, state.day, state.reports, state.total, state.cusum[:])
         state.reports += 1
-        state.total += plan.value(y)
-        w = state.cusum
-        for i, inc in enumerate(plan.increments(y)):
-            w[i] = max(0.0, w[i] + inc)
-        if max(w) < h:
+        state.total += value
+        w, h, tipped = state.cusum, scorer.h, False
+        for i, inc in enumerate(increments):
+            v = w[i] + inc
+            if v > 0.0:                      # max(0, v), and v reaching h tips the test
+                w[i] = v
+                tipped = tipped or v >= h
+            else:
+                w[i] = 0.0
+        if not tipped:
             return None
+        return self._alarm(device, t, state, scorer)
+
+    def _fresh(self, device: str, old: DeviceState | None, kind: str, day: int, slots: int) -> DeviceState:
+        """A device's first report today (or of another kind): its statistics
+        start at 0 (a restart never adds alarms). The old state object is
+        replaced, not changed, so rollback() can keep it as it is."""
+        if device not in self._undo:
+            self._undo[device] = None if old is None else (old.kind, old.day, old.reports, old.total, old.cusum)
+        state = self.states[device] = DeviceState(kind, day, 0, 0.0, [0.0] * slots)
+        return state
+
+    def _alarm(self, device: str, t: int, state: DeviceState, scorer: Scorer) -> Alarm:
+        plan, w = scorer.plan, state.cusum
         worst = max(range(len(w)), key=w.__getitem__)
         self._newly[device] = t
         c = plan.cusums[worst]
         mean = state.total / state.reports if plan.tests[0].debiased is not None else None
-        return Alarm(device, t, f"{plan.tests[c.test].name} ({c.target})", state.cusum[worst], h, state.reports, mean,
+        return Alarm(device, t, f"{plan.tests[c.test].name} ({c.target})", w[worst], scorer.h, state.reports, mean,
                      self.false_alarm)
 
-    def _state(self, device: str, kind: str, day: int, slots: int) -> DeviceState:
-        state = self._staged.get(device)
-        if state is None:
-            old = self.states.get(device)
-            state = self._staged[device] = (DeviceState(old.kind, old.day, old.reports, old.total, list(old.cusum))
-                                             if old else DeviceState(kind, day))
-        if state.kind != kind or state.day != day or len(state.cusum) != slots:
-            # A new day, or another kind of report: the statistics restart (never adds alarms).
-            state.kind, state.day, state.reports, state.total, state.cusum = kind, day, 0, 0.0, [0.0] * slots
-        return state
-
-    # -- staging -----------------------------------------------------------------------
+    # -- the batch -----------------------------------------------------------------------
     def staged_rows(self) -> list[tuple]:
-        return [s.as_row(d) for d, s in self._staged.items()]
+        """The rows of the devices this batch changed."""
+        return [self.states[d].as_row(d) for d in self._undo if d in self.states]
 
     def newly_quarantined(self) -> dict[str, int]:
         return dict(self._newly)
 
     def commit(self) -> None:
-        self.states.update(self._staged)
+        self._dirty.update(self._undo)
         self.quarantined.update(self._newly)
-        self._staged, self._newly = {}, {}
+        self._undo, self._newly = {}, {}
 
     def rollback(self) -> None:
-        self._staged, self._newly = {}, {}
+        for device, old in self._undo.items():
+            if old is None:
+                self.states.pop(device, None)
+            else:
+                self.states[device] = DeviceState(*old)
+        self._undo, self._newly = {}, {}
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def checkpoint_rows(self) -> list[tuple]:
+        """The rows of every device changed since the last checkpoint (this batch's too)."""
+        return [self.states[d].as_row(d) for d in self._dirty.union(self._undo) if d in self.states]
+
+    def checkpointed(self) -> None:
+        """The rows checkpoint_rows() gave are on disk (call after commit())."""
+        self._dirty = set()
 
     # -- the operator --------------------------------------------------------------------
     def release(self, device: str) -> bool:
         """Let a quarantined device's reports in again, with fresh statistics.
         False when it was not quarantined."""
         self.states.pop(device, None)
+        self._dirty.discard(device)
         return self.quarantined.pop(device, None) is not None

@@ -41,9 +41,10 @@ CREATE TABLE IF NOT EXISTS outbox (region TEXT, t INTEGER, rev INTEGER DEFAULT 0
 CREATE TABLE IF NOT EXISTS closed (region TEXT, t INTEGER, rev INTEGER DEFAULT 0, PRIMARY KEY (region, t));
 """
 
-# Attacker detection (fog_shuffler.detection): each device's statistics today,
-# the devices quarantined, and release requests from `rase fog release` (written
-# by the operator's command while the fog runs; the fog applies them).
+# Attacker detection (fog_shuffler.detection): each device's statistics today
+# (as of the last checkpoint, fog_shuffler.screening), the devices quarantined,
+# and release requests from `rase fog release` (written by the operator's
+# command while the fog runs; the fog applies them).
 DETECTION_SCHEMA = """
 CREATE TABLE IF NOT EXISTS detector (device TEXT PRIMARY KEY, kind TEXT, day INTEGER, reports INTEGER, total REAL,
                                      cusum BLOB);
@@ -54,7 +55,8 @@ CREATE TABLE IF NOT EXISTS release_requests (device TEXT PRIMARY KEY, requested 
 
 @dataclass(frozen=True)
 class DetectionWrite:
-    """What one batch changed in the detector, journaled with its reports."""
+    """What one batch writes for the detector, with its reports: its alarms,
+    and the statistics when a checkpoint is due (fog_shuffler.screening)."""
     states: list[tuple]                                  # DeviceState.as_row
     quarantined: list[tuple[str, int, float, str]] = field(default_factory=list)   # device, t, since, test
 
@@ -167,6 +169,12 @@ class Journal:
         self.db.executemany("INSERT OR IGNORE INTO quarantined_devices VALUES (?,?,?,?)", d.quarantined)
         # A quarantined device's reports leave the open windows (and late batches) with it.
         self.db.executemany("DELETE FROM reports WHERE device=? AND done=0", [(q[0],) for q in d.quarantined])
+
+    def save_detector_states(self, states: list[tuple]) -> None:
+        """A checkpoint of the statistics between batches, in one transaction."""
+        with storage_errors("fog journal"), self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO detector VALUES (?,?,?,?,?,?)", states)
 
     def detector_states(self) -> list[tuple]:
         with storage_errors("fog journal"):

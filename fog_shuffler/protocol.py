@@ -14,10 +14,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, fields
 
+from edge_agent import wire
 from edge_agent.mechanisms import DEFAULT_MECHANISM
 from edge_agent.schedule import Schedule, from_control
-from fog_shuffler.ingest import IngestRules
+from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
 from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
+from rase_common.errors import ProtocolError
+from rase_common.protocol.control import ControlPolicy
 from rase_common.protocol.prio3 import Prio3Params
 
 
@@ -112,3 +115,69 @@ def rules_for(rules: IngestRules, p: Protocol) -> IngestRules:
     """The ingest rules under protocol parameters p."""
     return dataclasses.replace(rules, eps_levels=p.eps_levels, x_min=p.x_min, x_max=p.x_max, mechanism=p.mechanism,
                                categories=len(p.bands) + 1, gamma=p.gamma, beta=p.beta, rho=p.rho)
+
+
+class ProtocolGate:
+    """What the fog accepts, and how it follows the retained control message:
+    the parameters of the control message (checked against the fog's own
+    control policy with the devices' own parser), reports validated under
+    them or, just after a change, under the previous ones. Pure."""
+
+    def __init__(self, own: Protocol, rules: IngestRules, *, grace_periods: int, policy: ControlPolicy):
+        self.follower = ProtocolFollower(own, grace_periods)
+        self.policy = policy
+        self.rules = rules_for(rules, own)
+
+    @property
+    def current(self) -> Protocol:
+        return self.follower.current
+
+    def candidates(self, t: int) -> list[Protocol]:
+        return self.follower.candidates(t)
+
+    def follow(self, payload: bytes, now_t: int) -> dict[str, tuple]:
+        """Follow a control message from now_t on; what changed (empty: nothing).
+        Raises ProtocolError("control_invalid" / "control_refused"): the fog then
+        keeps its parameters."""
+        if not payload:          # an empty retained payload only clears the topic
+            return {}
+        try:
+            parsed = wire.parse_control(payload)
+        except ValueError as err:
+            raise ProtocolError("control_invalid", str(err)) from None
+        try:
+            self.policy.check(parsed, seals=False)   # the leader seals nothing: no key to pin
+        except ValueError as err:
+            # Outside the fog's own policy (a 1 ms period, a range it refuses).
+            raise ProtocolError("control_refused", f"{err}; keeping the current parameters") from None
+        changed = self.follower.apply(Protocol.from_control(parsed, self.current), now_t)
+        if changed:
+            self.rules = rules_for(self.rules, self.current)
+        return changed
+
+    def validate(self, topic: str, payload: bytes, now_t: int) -> Accepted:
+        """A report is good if the current parameters accept it, or, just after
+        a change, the previous ones."""
+        try:
+            return validate(topic, payload, now_t, self.rules)
+        except Rejected as err:
+            if err.reason not in ("eps_not_on_menu", "implausible_y", "impossible_y"):
+                raise
+            first = err
+        for old in self.candidates(now_t)[1:]:
+            try:
+                return validate(topic, payload, now_t, rules_for(self.rules, old))
+            except Rejected:
+                pass
+        raise first
+
+    def validate_prio3(self, topic: str, payload: bytes, now_t: int, leader) -> Accepted:  # noqa: ANN001
+        """A Prio3 report, by the leader's checks, under the current parameters or the previous ones."""
+        *first, last = self.candidates(now_t)
+        for p in first:
+            try:
+                return leader.validate(topic, payload, now_t, rules_for(self.rules, p), p.prio3)
+            except Rejected as err:
+                if err.reason not in ("eps_not_on_menu", "impossible_y", "malformed_share"):
+                    raise
+        return leader.validate(topic, payload, now_t, rules_for(self.rules, last), last.prio3)

@@ -1,8 +1,9 @@
 """The fog service: `rase fog --config configs/fog.example.toml`.
 
-Wiring only; the rules are pure and tested on their own (ingest.validate,
-windows.WindowManager and RegionCounters, protocol.ProtocolFollower,
-release.release_window). Three owned tasks:
+Wiring only; the rules are pure and tested on their own (protocol.ProtocolGate:
+the control message and report validation; windows.WindowManager and
+RegionCounters; intake.IntakeHold and OutboxCount: when ingest takes reports;
+closing.WindowCloser with release.release_window). Three owned tasks:
 
 - ingest: takes a batch of messages from the source, follows control
   messages, validates reports, journals the accepted ones in one commit
@@ -27,20 +28,20 @@ import contextlib
 import logging
 import time
 
+from fog_shuffler.closing import WindowCloser
 from fog_shuffler.config import FogConfig
 from fog_shuffler.feedback import RejectionFeedback
-from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
+from fog_shuffler.ingest import Accepted, IngestRules, Rejected
+from fog_shuffler.intake import IntakeHold, OutboxCount
 from fog_shuffler.journal import Journal
-from fog_shuffler.leader import Prio3Leader, split_prio3
+from fog_shuffler.leader import Prio3Leader
 from fog_shuffler.metrics import FogMetrics
-from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower, rules_for
-from fog_shuffler.randomness import window_rng
-from fog_shuffler.release import release_window
+from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower, ProtocolGate
 from fog_shuffler.screening import DeviceScreen
-from fog_shuffler.windows import ClosedWindow, Outcome, RegionCounters, WindowManager
+from fog_shuffler.windows import Outcome, RegionCounters, WindowManager
 from rase_common.channels import Sink, Source
 from rase_common.clock import ScaledClock, SteadyClock, WallClock
-from rase_common.errors import Backoff, Outage, StorageError
+from rase_common.errors import Backoff, Outage, ProtocolError, StorageError
 from rase_common.kafka import KafkaSink
 from rase_common.loop import Wakeup, seconds_to_next_boundary
 from rase_common.mqtt import MqttLink, MqttSink, MqttSource
@@ -48,11 +49,9 @@ from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
 from rase_common.quarantine import Quarantine
 from rase_common.service import Service
-from edge_agent import wire
 
 log = logging.getLogger(__name__)
 BATCH = 5000
-LARGE_WINDOW = 20_000  # shuffle in a worker thread above this many reports
 
 
 class Wakeups:
@@ -75,7 +74,6 @@ class FogService(Service):
         # Lateness and merge deadlines are judged on time a wall-clock step cannot move (SteadyClock).
         self.clock = clock or (SteadyClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
         self.metrics = metrics or FogMetrics()
-        self.graphs = {r: rc.graph() for r, rc in cfg.regions.items()}
         registered = {r: rc.all_devices() for r, rc in cfg.regions.items()}
         self.windows = WindowManager(registered=registered, k_min=cfg.k_min, lateness_periods=cfg.lateness_periods,
                                      late_periods=cfg.late_periods())
@@ -84,15 +82,14 @@ class FogService(Service):
         own = Protocol(cfg.period_s, cfg.epoch0, tuple(cfg.eps_levels), cfg.x_min, cfg.x_max,
                        mechanism=cfg.device_mechanism, on_above=cfg.on_above, bands=tuple(cfg.bands),
                        prio3=cfg.prio3.params if cfg.prio3 else None)
-        self.protocol = ProtocolFollower(own, grace_periods=cfg.lateness_periods + 2)
-        self.control_policy = cfg.control_policy.build(cfg.period_s)
-        self.rules = rules_for(IngestRules(devices={d: r for r, ds in registered.items() for d in ds},
-                                           eps_levels=own.eps_levels, x_min=own.x_min, x_max=own.x_max,
-                                           lateness_periods=None), own)
-        self.params = cfg.shuffler.params()
+        self.gate = ProtocolGate(own, IngestRules(devices={d: r for r, ds in registered.items() for d in ds},
+                                                  eps_levels=own.eps_levels, x_min=own.x_min, x_max=own.x_max,
+                                                  lateness_periods=None),
+                                 grace_periods=cfg.lateness_periods + 2,
+                                 policy=cfg.control_policy.build(cfg.period_s))
         # Attacker detection (fog_shuffler.screening), None when [detection] is off.
-        self.screen = (DeviceScreen(own, cfg.detection.false_alarm_per_device_day, self.metrics.devices_quarantined)
-                       if cfg.detection.enabled else None)
+        self.screen = (DeviceScreen(own, cfg.detection.false_alarm_per_device_day, self.metrics.devices_quarantined,
+                                    checkpoint_s=cfg.detection.checkpoint_s) if cfg.detection.enabled else None)
         self.arrived, self.due, self.outbox_wakeup = Wakeup(), Wakeup(), Wakeup()
         self.wakeup = Wakeups(self.arrived, self.due)   # a driver moved a manual clock: look again
         self.storage = Outage("fog journal", log, gauge=self.metrics.storage_ok, backoff=Backoff(cap_s=1.0))
@@ -105,14 +102,13 @@ class FogService(Service):
         self.journal: Journal | None = None
         self.quarantine: Quarantine | None = None
         self.forwarder: OutboxSender | None = None
+        self.closer: WindowCloser | None = None
         # Secure aggregation: the fog as Prio3's leader (fog_shuffler.leader), when configured.
         self.leader = (Prio3Leader(cfg.prio3, name=cfg.name, regions=list(cfg.regions), k_min=cfg.k_min,
                                    registry=self.metrics.registry, storage=self.storage, sink_name=cfg.sink)
                        if cfg.prio3 is not None else None)
-        self._held: list[tuple[object, int]] = []   # (message, logical t at arrival): taken, not journaled
-        self._draining = False     # after a storage outage, until the reports queued meanwhile are taken
-        self._rebuild = False
-        self.outbox_size = 0
+        self.hold = IntakeHold(BATCH)
+        self.outbox = OutboxCount(cfg.outbox_max_windows, self.metrics.outbox_windows, self.outbox_wakeup.set)
         self.reports_taken = 0            # messages journaled or rejected since start (a replay driver's progress)
         self.feedback = RejectionFeedback(set(cfg.regions))   # tells a device why its reports are rejected
 
@@ -129,8 +125,16 @@ class FogService(Service):
         return self.link.subscribed.is_set() and not any(t.startswith(topics.REPORTS_PREFIX)
                                                         for t in self.link.refused)
 
+    @property
+    def protocol(self) -> ProtocolFollower:
+        return self.gate.follower
+
+    @property
+    def outbox_size(self) -> int:
+        return self.outbox.size
+
     def now_t(self) -> int:
-        return self.protocol.current.t_of(self.clock.now())
+        return self.gate.current.t_of(self.clock.now())
 
     # -- start and stop --------------------------------------------------------
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
@@ -144,7 +148,10 @@ class FogService(Service):
         self._restore()
         if self.screen is not None:
             self.screen.restore(self.journal)
-        self.outbox_size = len(self.journal.unsent())
+            stack.callback(self.screen.checkpoint_at_stop, self.journal)   # before the journal closes
+        self.outbox.restored(len(self.journal.unsent()))
+        self.closer = WindowCloser(self.cfg, journal=self.journal, metrics=self.metrics, counters=self.counters,
+                                   outbox=self.outbox, gate=self.gate, leader=self.leader)
         if self.cfg.metrics_port is not None:
             self.metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
         if self._source is None or (self._sink is None and self.cfg.sink == "mqtt"):
@@ -168,24 +175,13 @@ class FogService(Service):
                  sorted(self.cfg.regions), self.cfg.k_min, self.cfg.period_s, self.cfg.sink)
 
     def tasks(self):
-        return [self._ingest(), self._closer(), self.forwarder.run()] + (self.leader.tasks() if self.leader else [])
+        return [self._ingest(), self._close_loop(), self.forwarder.run()] + (self.leader.tasks() if self.leader else [])
 
     def subscriptions(self) -> list[tuple[str, int]]:
         subs = [(topics.reports_filter(r), 1) for r in self.cfg.regions] + [(topics.CONTROL_TOPIC, 1)]
         if self.leader is not None and self.cfg.sink == "mqtt":
             subs += self.leader.subscriptions()      # the helper answers over the same transport
         return subs
-
-    async def _close_prio3(self, cw: ClosedWindow) -> ClosedWindow | None:
-        """Secure aggregation: the leader closes the window's Prio3 reports; the
-        rest of the window (None: nothing) goes on as usual."""
-        mine, rest = split_prio3(cw)
-        if await self.leader.close(mine, self.protocol.candidates(cw.t), self.counters.rejected[cw.region]):
-            self.counters.forwarded(cw.region)
-        else:
-            self.metrics.suppressed.inc()
-            self.counters.suppressed[cw.region] += 1
-        return rest
 
     def make_link(self) -> MqttLink:
         """The fog's broker link: a fixed client id and a persistent session
@@ -219,18 +215,13 @@ class FogService(Service):
         while True:
             if self.storage.down:
                 await asyncio.sleep(self.storage.retry_in() or 0)
-            if self.outbox_size >= self.cfg.outbox_max_windows:
+            if self.outbox.full:
                 # The sink is far behind: let the broker hold new reports.
                 await self.outbox_wakeup_for_ingest()
                 continue
-            now_t = self.now_t()
-            held = bool(self._held)
-            batch = self._held or [(m, now_t) for m in self.source.take(BATCH)]
-            self._held = []
-            if not batch or (self._draining and not held and len(batch) < BATCH):
-                # What arrived during a storage outage is all taken: windows may close again.
-                self._draining = False
-                self.due.set()
+            batch, drained = self.hold.next_batch(self.source.take, self.now_t())
+            if drained:
+                self.due.set()       # what arrived during a storage outage is all taken: windows may close
             if not batch:
                 await self.arrived.wait(None, None if self.link is not None else self.cfg.tick_s)
                 continue
@@ -238,15 +229,13 @@ class FogService(Service):
                 self._ingest_batch(batch)
                 self.storage.recovered()
             except StorageError as err:
-                self._held = batch     # not acknowledged: retried, or redelivered by the broker after a restart
-                self._draining = True  # and the reports queued behind it wait for their windows too
-                self._rebuild = True   # the in-memory windows took reports the journal did not
+                self.hold.failed(batch)
                 self.storage.failed(err)
             await asyncio.sleep(0)     # let the closer and the forwarder have a turn between batches
 
     async def outbox_wakeup_for_ingest(self) -> None:
         self.metrics.ingest_paused.set(1)
-        while self.outbox_size >= self.cfg.outbox_max_windows:
+        while self.outbox.full:
             await asyncio.sleep(0.05)
         self.metrics.ingest_paused.set(0)
 
@@ -254,7 +243,7 @@ class FogService(Service):
         """Validate and journal one batch; ack only after the commit. Counters
         and quarantine rows follow the commit, so a batch retried after a
         storage failure is counted once."""
-        if self._rebuild:
+        if self.hold.stale:
             self._rebuild_from_journal()
         rows, dups, replies = [], [], []
         after: list[tuple[str | None, str, Outcome | None, object]] = []   # (reject reason, detail, outcome, msg)
@@ -341,59 +330,29 @@ class FogService(Service):
             log.debug("feedback to %s not sent: %s", note[0], err)
 
     def _validate(self, msg, now_t: int) -> Accepted:  # noqa: ANN001
-        """A report is good if the current parameters accept it, or, just after
-        a change, the previous ones."""
         if self.leader is not None and self.leader.is_report(msg.payload):
-            cands = self.protocol.candidates(now_t)
-            for p in cands:
-                try:
-                    return self.leader.validate(msg.topic, msg.payload, now_t, rules_for(self.rules, p), p.prio3)
-                except Rejected as err:
-                    if p is cands[-1] or err.reason not in ("eps_not_on_menu", "impossible_y", "malformed_share"):
-                        raise
-        try:
-            return validate(msg.topic, msg.payload, now_t, self.rules)
-        except Rejected as err:
-            if err.reason not in ("eps_not_on_menu", "implausible_y", "impossible_y"):
-                raise
-            first = err
-        for old in self.protocol.candidates(now_t)[1:]:
-            try:
-                return validate(msg.topic, msg.payload, now_t, rules_for(self.rules, old))
-            except Rejected:
-                pass
-        raise first
+            return self.gate.validate_prio3(msg.topic, msg.payload, now_t, self.leader)
+        return self.gate.validate(msg.topic, msg.payload, now_t)
 
     def _rebuild_from_journal(self) -> None:
         """After a storage failure: the windows as the journal has them."""
         self.windows = WindowManager(registered=self.windows.registered, k_min=self.cfg.k_min,
                                      lateness_periods=self.cfg.lateness_periods, late_periods=self.cfg.late_periods())
         self._restore()
-        self._rebuild = False
+        self.hold.stale = False
 
     # -- the control message --------------------------------------------------------
     def _control(self, msg) -> None:  # noqa: ANN001
-        """Follow the retained control message, validated with the devices' own parser."""
-        if not msg.payload:          # an empty retained payload only clears the topic
-            return
+        """Follow the retained control message (protocol.ProtocolGate)."""
         try:
-            parsed = wire.parse_control(msg.payload)
-        except ValueError as err:
-            self.quarantine.put(msg.topic, "control_invalid", str(err), msg.payload)
+            changed = self.gate.follow(msg.payload, self.now_t())
+        except ProtocolError as err:
+            self.quarantine.put(msg.topic, err.reason, err.detail, msg.payload)
             return
-        try:
-            self.control_policy.check(parsed, seals=False)   # the leader seals nothing: no key to pin
-        except ValueError as err:
-            # Outside the fog's own policy (a 1 ms period, a range it refuses): the fog keeps its parameters.
-            self.quarantine.put(msg.topic, "control_refused", f"{err}; keeping the current parameters", msg.payload)
-            return
-        new = Protocol.from_control(parsed, self.protocol.current)
-        changed = self.protocol.apply(new, self.now_t())
         if not changed:
             return
-        self.rules = rules_for(self.rules, self.protocol.current)
         if self.screen is not None:
-            self.screen.follow(self.protocol.current)
+            self.screen.follow(self.gate.current)
         log.info("fog follows the control message from t=%d: %s", self.now_t(),
                  ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
         drift = self.protocol.drift()
@@ -406,86 +365,25 @@ class FogService(Service):
         self.due.set()
 
     # -- closing ------------------------------------------------------------------
-    async def _closer(self) -> None:
+    async def _close_loop(self) -> None:
         while True:
             # Reports held through a storage outage, and those queued behind them, go into their
             # windows before any window closes: the outage extends the lateness horizon (windows
             # close late, counted in close_delay).
-            if not self.storage.down and not self._held and not self._draining:
+            if not self.storage.down and self.hold.may_close:
                 try:
                     if self.screen is not None:
-                        self.screen.apply_releases(self.journal)
-                    await self._close_due()
+                        self.screen.between_batches(self.journal)   # releases; a checkpoint when due
+                    await self.closer.close_due(self.windows, self.now_t())
                 except StorageError as err:
-                    self._rebuild = True
+                    self.hold.stale = True      # the in-memory windows may be ahead of the journal
                     self.storage.failed(err)
-            wait = seconds_to_next_boundary(self.clock, self.protocol.current.schedule, self.cfg.tick_s)
+            wait = seconds_to_next_boundary(self.clock, self.gate.current.schedule, self.cfg.tick_s)
             if self.storage.down:
                 wait = min(wait, self.storage.retry_in() or 0.0)
             await self.due.wait(None, wait)
 
-    async def _close_due(self) -> int:
-        closed = 0
-        now_t = self.now_t()
-        for region, t in self.windows.due(now_t):
-            cw = self.windows.close(region, t)
-            self.metrics.eps_dropped.inc(cw.eps_level_dropped)
-            if cw.revision == 0:
-                # Behind schedule (a storage outage held it): how many periods late it closes.
-                self.metrics.close_delay.observe(max(0, now_t - (t + 1 + self.cfg.lateness_periods)))
-            if self.leader is not None and self.leader.owns(cw):
-                closed += 1
-                cw = await self._close_prio3(cw)
-                if cw is None:
-                    continue
-            if cw.suppressed:
-                self.journal.close_window(region, t, None, cw.revision)
-                self.metrics.suppressed.inc()
-                self.counters.suppressed[region] += 1
-                total = len(cw.values) + cw.eps_level_dropped
-                why = (f"< k_min {self.cfg.k_min}" if total < self.cfg.k_min else
-                       f"but fewer than k_min {self.cfg.k_min} at each eps level (levels are never mixed)")
-                log.info("%s (%s, %d) suppressed: %d report%s %s; not forwarded (counted in "
-                         "rase_fog_reports_eps_level_dropped)", "late batch" if cw.revision else "window", region, t,
-                         total, "" if total == 1 else "s", why)
-                continue
-            await self._release(cw)
-            closed += 1
-            await asyncio.sleep(0)      # ingest and a stop are not held up by a backlog of windows
-        t_min = self.windows.horizon_t(now_t) - 1
-        self.windows.forget_before(t_min)
-        if closed:
-            # Reports older than t_min are rejected as out of range, so their
-            # windows' closed markers and sent messages are no longer needed.
-            self.journal.prune(t_min)
-            if self.leader is not None:
-                self.leader.prune(t_min)
-        return closed
-
-    async def _release(self, cw: ClosedWindow) -> None:
-        counts = self.counters.window_counts(cw)
-        args = (cw, self.graphs[cw.region], self.params, counts)
-        kw = {"privacy_delta": self.cfg.privacy_delta, "rng_factory": window_rng}
-        t0 = time.perf_counter()
-        if len(cw.values) > LARGE_WINDOW:
-            msg = await asyncio.to_thread(release_window, *args, **kw)
-        else:
-            msg = release_window(*args, **kw)
-        self.metrics.shuffle_seconds.observe(time.perf_counter() - t0)
-        self.journal.close_window(cw.region, cw.t, msg.model_dump_json(), cw.revision)
-        if cw.revision:
-            self.metrics.late_batches.inc()
-        self.counters.forwarded(cw.region)
-        self.outbox_size += 1
-        self.outbox_wakeup.set()
-        self.metrics.outbox_windows.set(self.outbox_size)
-        self.metrics.window_size.observe(msg.n)
-        # "mallows" or "buds" when every level got that shuffle, else "uniform".
-        mechs = {b.mechanism for b in msg.batches}
-        self.metrics.forwarded.labels(mechs.pop() if len(mechs) == 1 else "uniform").inc()
-
     def _mark_sent(self, row: tuple[str, int, str, int]) -> None:
         self.journal.mark_sent(row[0], row[1], row[3])
-        self.outbox_size = max(0, self.outbox_size - 1)
-        self.metrics.outbox_windows.set(self.outbox_size)
+        self.outbox.sent()
 

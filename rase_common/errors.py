@@ -53,6 +53,7 @@ class ProtocolError(RaseError):
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+        self.detail = detail
 
 
 class ConfigError(RaseError, ValueError):

@@ -242,10 +242,9 @@ class KafkaSource:
         for task in (self._fetcher, self._committer):
             if task is not None:
                 task.cancel()
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: records are replayed
-                    pass
+                await asyncio.wait({task})     # not `await task`: a cancellation of this stop must not be eaten
+                if not task.cancelled():
+                    task.exception()           # retrieved: stopping, records not committed are replayed
         self._fetcher = self._committer = None
         if self.consumer is not None:
             # Bounded: a stop (SIGTERM) must not wait on a slow broker. What is not

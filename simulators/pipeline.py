@@ -209,7 +209,8 @@ async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, take
             if j >= 0:
                 await until(lambda: gate.done.value > j and taken() >= gate.produced[j],
                             f"the fog taking every report of t={t0 + j}", 60)
-            _progress(spec, i + 1, n_t, gate.produced[i] if gate.done.value > i else 0, fusion.stored, state)
+            _progress(spec, i + 1, n_t, gate.produced[min(gate.done.value, n_t) - 1] if gate.done.value else 0,  # running total
+                      fusion.stored, state)
         await until(lambda: not proc.is_alive(), "every report delivered", 120)
         if proc.exitcode != 0:
             raise RuntimeError(f"the replay's device fleet failed (exit code {proc.exitcode})")

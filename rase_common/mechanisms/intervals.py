@@ -49,17 +49,25 @@ def _refine(ok, a: float, b: float, steps: int = 40) -> float:
     return a
 
 
+_SPLIT = np.linspace(0.0, 1.0, 34)[1:-1]     # 32 inner points: each step narrows a bracket 33-fold
+
+
 def _bisect_both(ok_many, seed: float, lo: float, hi: float) -> tuple[float, float]:
-    """Both ends of an accepted interval holding `seed`, bisected together
-    (one vectorised check per step) to 1e-9 of the range."""
+    """Both ends of an accepted interval holding `seed`, found together to
+    1e-9 of the range: six steps, each checking 32 points inside each end's
+    bracket in one vectorised call (a check costs about the same for 64
+    points as for 2, so this is 5x cheaper than 30 halvings)."""
     ends = ok_many(np.array([lo, hi]))
     inner = np.array([seed, seed])               # accepted
     outer = np.array([lo, hi])                   # rejected, unless accepted already
-    for _ in range(30):
-        mid = (inner + outer) / 2
-        ok = ok_many(mid)
-        inner = np.where(ok, mid, inner)
-        outer = np.where(ok, outer, mid)
+    rows = np.arange(2)
+    for _ in range(6):
+        cand = inner[:, None] + (outer - inner)[:, None] * _SPLIT
+        ok = ok_many(cand.ravel()).reshape(cand.shape)
+        # The accepted set is an interval holding the seed: from inner outwards, accepted up to the first rejection.
+        k = np.where(ok.all(axis=1), _SPLIT.size, np.argmin(ok, axis=1))
+        inner, outer = (np.where(k > 0, cand[rows, np.maximum(k - 1, 0)], inner),
+                        np.where(k < _SPLIT.size, cand[rows, np.minimum(k, _SPLIT.size - 1)], outer))
     return (lo if ends[0] else float(inner[0])), (hi if ends[1] else float(inner[1]))
 
 

@@ -6,7 +6,8 @@ Linear maps that depend only on the circuit (extending a gadget polynomial's
 values to a power of two, doubling them) are computed once with the scalar
 field and cached; evaluating a polynomial in the Lagrange basis at the
 per-report test point t uses L_i(t) = (w_i / n) * prod_{j != i} (t - w_j),
-which needs no inversion.
+which needs no inversion, with the products built level by level over the
+roots of unity (lagrange_weights).
 """
 
 from __future__ import annotations
@@ -54,21 +55,49 @@ def _linear(F, coeffs, values):
     return F.dot([c for c, _ in pairs], [v for _, v in pairs])
 
 
-def lagrange_eval(F, polys, t):
-    """Each polynomial (n values at the n-th roots of unity; None = 0) at t."""
-    n = len(polys[0])
+def _squarings(F, t, count):
+    """[t, t**2, t**4, ..., t**(2**count)]."""
+    out = [t]
+    for _ in range(count):
+        out.append(F.mul(out[-1], out[-1]))
+    return out
+
+
+def lagrange_weights(F, n, powers):
+    """L_i(t) for the n-th roots of unity w_i (n a power of two), given
+    powers[k] = t**(2**k). L_i(t) = (w_i / n) * W_n(t, i) with
+    W_n(t, i) = prod_{j != i} (t - w_j) = (t + w_i) * W_{n/2}(t**2, i mod n/2),
+    as w_{i + n/2} = -w_i: 2.5 n products instead of 4 n for prefix and suffix
+    products, and no inversion."""
     field = F.scalar
-    nodes = field.nth_root_powers(n)
+    k = log2_exact(n)
+    if k == 0:
+        return [F.const(1)]
+    lower = [F.const(1)]  # W_1
+    for level in range(1, k):  # W_m at t**(n/m) for m = 2, 4, ..., n/2
+        m = 1 << level
+        s = powers[k - level]
+        roots = field.nth_root_powers(m)
+        factors = [F.add(s, F.const(w)) for w in roots]
+        lower = factors if m == 2 else [F.mul(f, lower[i % (m // 2)]) for i, f in enumerate(factors)]
+    # Top level with the constants folded in: c_i (t + w_i) = c_i t + c_i w_i, c_{i+n/2} = -c_i.
     n_inv = field.inv(n)
-    diffs = [F.sub(t, F.const(w)) for w in nodes]
-    prefix = [F.const(1)]
-    for d in diffs[:-1]:
-        prefix.append(F.mul(prefix[-1], d))
-    suffix = F.const(1)
+    half = n // 2
     weights = [None] * n
-    for i in range(n - 1, -1, -1):
-        weights[i] = F.mul(F.const(field.mul(nodes[i], n_inv)), F.mul(prefix[i], suffix))
-        suffix = F.mul(suffix, diffs[i])
+    for i, w in enumerate(field.nth_root_powers(n)[:half]):
+        c = field.mul(w, n_inv)
+        scaled_t = F.mul(F.const(c), powers[0])
+        cw = F.const(field.mul(c, w))
+        low = lower[i] if half > 1 else None
+        for j, factor in ((i, F.add(scaled_t, cw)), (i + half, F.sub(cw, scaled_t))):
+            weights[j] = factor if low is None else F.mul(factor, low)
+    return weights
+
+
+def lagrange_eval(F, polys, powers):
+    """Each polynomial (n values at the n-th roots of unity; None = 0) at t,
+    given powers[k] = t**(2**k) for k <= log2(n) - 1."""
+    weights = lagrange_weights(F, len(polys[0]), powers)
     out = []
     for poly in polys:
         used = [i for i, v in enumerate(poly) if v is not None]
@@ -123,15 +152,13 @@ def query(valid, F, meas, proof, query_rand, joint_rand, num_shares):
     else:
         v = out[0]
     verifier = [v]
-    bad = np.zeros(np.shape(query_rand[0]), dtype=bool)
+    bad = np.zeros(np.shape(query_rand[0])[-1], dtype=bool)
     for g, t in zip(gadgets, rands):
-        p = len(g.wires[0])
-        tp = t
-        for _ in range(log2_exact(p)):
-            tp = F.mul(tp, tp)
-        bad |= F.equal(tp, F.const(1))
-        verifier += lagrange_eval(F, g.wires, t)
-        verifier += lagrange_eval(F, [g.poly], t)
+        p, n = len(g.wires[0]), len(g.poly)
+        powers = _squarings(F, t, max(log2_exact(p), log2_exact(n) - 1))
+        bad |= F.equal(powers[log2_exact(p)], F.const(1))
+        verifier += lagrange_eval(F, g.wires, powers)
+        verifier += lagrange_eval(F, [g.poly], powers)
     return verifier, bad
 
 

@@ -28,8 +28,20 @@ def stream(seed: bytes, dst: bytes, binder: bytes, length: int) -> bytes:
     return turbo_shake128(1, xof_message(seed, dst, binder)).read(length)
 
 
+def _streams(seeds: Sequence[bytes], dst: bytes, binders: Sequence[bytes], length: int) -> list[bytes]:
+    """stream() for every (seed, binder): the message's head (dst and the seed
+    length) laid out once by xof_message when every seed has the same length."""
+    if not seeds:
+        return []
+    size = len(seeds[0])
+    if any(len(s) != size for s in seeds):
+        return [stream(s, dst, b, length) for s, b in zip(seeds, binders)]
+    head = xof_message(bytes(size), dst, b"")[:-size] if size else xof_message(b"", dst, b"")
+    return [turbo_shake128(1, head + s + b).read(length) for s, b in zip(seeds, binders)]
+
+
 def derive_seeds(seeds: Sequence[bytes], dst: bytes, binders: Sequence[bytes]) -> list[bytes]:
-    return [stream(s, dst, b, SEED_SIZE) for s, b in zip(seeds, binders)]
+    return _streams(seeds, dst, binders, SEED_SIZE)
 
 
 def _expand_one(vfield, seed: bytes, dst: bytes, binder: bytes, length: int) -> list[int]:
@@ -45,17 +57,22 @@ def _expand_one(vfield, seed: bytes, dst: bytes, binder: bytes, length: int) -> 
     return out
 
 
-def expand_rows(vfield, seeds: Sequence[bytes], dst: bytes, binders: Sequence[bytes], length: int) -> np.ndarray:
-    """Rows (length, N): report i's vector expanded from seeds[i] and binders[i]."""
+def expand_encoded(vfield, seeds: Sequence[bytes], dst: bytes, binders: Sequence[bytes], length: int) -> np.ndarray:
+    """uint8 (N, length * ENCODED_SIZE): report i's vector expanded from
+    seeds[i] and binders[i], encoded (every element below the modulus)."""
     n = len(seeds)
     size = vfield.ENCODED_SIZE
     if n == 0:
-        return vfield.as_rows([], 0).reshape(length, 0)
+        return np.zeros((0, length * size), dtype=np.uint8)
     # Both fields' moduli sit just below a power of two of ENCODED_SIZE bytes,
     # so the draft's mask is the identity and only values >= p are rejected.
     assert next_power_of_2(vfield.MODULUS) == 1 << (8 * size)
-    buf = b"".join(stream(s, dst, b, length * size) for s, b in zip(seeds, binders))
-    rows, ok = vfield.decode(np.frombuffer(buf, dtype=np.uint8).reshape(n, length * size))
-    for i in np.flatnonzero(~ok):
-        rows[:, i] = _expand_one(vfield, seeds[i], dst, binders[i], length)
-    return rows
+    buf = b"".join(_streams(seeds, dst, binders, length * size))
+    raw = np.frombuffer(buf, dtype=np.uint8).reshape(n, length * size)
+    redo = np.flatnonzero(~vfield.below_modulus(raw))
+    if len(redo):
+        raw = raw.copy()
+        for i in redo:
+            redone = _expand_one(vfield, seeds[i], dst, binders[i], length)
+            raw[i] = np.frombuffer(vfield.scalar.encode_vec(redone), dtype=np.uint8)
+    return raw

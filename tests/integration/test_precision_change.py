@@ -37,8 +37,10 @@ def test_a_precision_change_mid_run_drops_no_good_report(mosquitto, tmp_path):
     broker = {"port": mosquitto.port}
     cfg_path = tmp_path / "fusion.toml"
     fusion_toml(cfg_path, mosquitto.port, epoch0, 4000.0, [1.0], tmp_path / "fusion.sqlite")
+    # At 40x a period is 0.2 s: 12 periods of lateness (2.4 s) keep a loaded machine's slow reports in their
+    # windows (with 4, 2 of 9 runs beside two other copies lost a report to an under-k_min late batch).
     fog_svc = FogService(FogConfig.load(None, name="pc", regions={"r1": {"refit_houses": [1]}}, period_s=8.0,
-                                        epoch0=epoch0, k_min=5, lateness_periods=4, eps_levels=[1.0], x_max=4000.0,
+                                        epoch0=epoch0, k_min=5, lateness_periods=12, eps_levels=[1.0], x_max=4000.0,
                                         journal_path=tmp_path / "fog.sqlite", broker=broker), clock=clock)
     rec = Recorder(mosquitto.port, ["rase/v1/windows/#", "rase/v1/reports/#"], persistent=False)
     fusion = ServiceThread(FusionService(FusionConfig.load(cfg_path), config_path=cfg_path, clock=clock))

@@ -2,6 +2,7 @@
 and through mpy-cross: the same code, the same distribution, the same ledger."""
 
 import json
+import re
 
 import pytest
 
@@ -23,8 +24,12 @@ def test_device_core_compiles_with_mpy_cross(name, tmp_path):
 
 
 def test_manifest_lists_the_device_core():
+    """The firmware manifest freezes exactly the bundle's modules (a new mechanism's module is in
+    DEVICE_CORE through edge_agent.mechanisms.RANDOMIZERS; this says where to add it)."""
     text = (PACKAGE_DIR / "manifest.py").read_text()
-    assert all(f'"{name}"' in text for name in DEVICE_CORE)
+    listed = set(re.findall(r'^\s*"([a-z0-9_]+\.py)",$', text, re.M))
+    assert not set(DEVICE_CORE) - listed, f"add to edge_agent/manifest.py's files: {sorted(set(DEVICE_CORE) - listed)}"
+    assert not listed - set(DEVICE_CORE), f"not in the device core: {sorted(listed - set(DEVICE_CORE))}"
 
 
 def test_sampler_distribution_under_micropython(micropython):

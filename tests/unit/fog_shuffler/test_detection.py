@@ -151,3 +151,80 @@ def test_plans_choose_lams_for_both_attackers():
     ext = plan.cusums[0]
     # The largest-output CUSUM gains at least 95% of the likelihood ratio's -ln P(+C | x_max) per report.
     assert ext.lam * above.largest - ext.log_mgf >= 0.95 * -math.log(above.largest_prob) - 1e-9
+
+
+def plain_observe(plan, h: float, state: dict, y: float) -> bool:
+    """The detector's update as the module docstring defines it, one report,
+    nothing remembered: W = max(0, W + lam s(y) - log_mgf); True when max W >= h."""
+    state["reports"] += 1
+    state["total"] += plan.value(y)
+    state["cusum"] = [max(0.0, w + inc) for w, inc in zip(state["cusum"], plan.increments(y))]
+    return max(state["cusum"]) >= h
+
+
+def test_the_detector_gives_exactly_the_plain_definitions_numbers():
+    """Seeded reports (honest, attackers, -0.0, mixed eps, a day change and
+    another kind mid-stream) from 40 devices through Detector.observe, with
+    a rolled-back batch among them, against plain_observe: the same floats
+    and the same alarms, report by report."""
+    rng = np.random.default_rng(17)
+    d = Detector(period_s=8.0, setting=SETTING)
+    plain: dict[str, dict] = {}
+    quarantined: set[str] = set()
+    kinds = ["br", "duchi", "piecewise", "binary", "categorical"]
+    for batch in range(30):
+        saved = ({k: {**v, "cusum": list(v["cusum"])} for k, v in plain.items()}, set(quarantined))
+        for _ in range(100):
+            i = int(rng.integers(40))             # d0..d9 attack: the largest output, or often
+            dev, kind = f"d{i}", kinds[i % 5] if batch < 20 or i % 2 else "duchi"
+            eps = float(rng.choice([0.5, 1.0])) if i >= 10 else 1.0
+            day = 0 if batch < 25 else 1
+            if i < 5 or (i < 10 and rng.random() < 0.6):
+                y = largest_output(kind, eps)
+            elif rng.random() < 0.05:
+                y = -0.0
+            else:
+                y = float(mechanism(kind).sample(SETTING, eps, np.array([3000.0]), rng)[0])
+            alarm = d.observe(dev, y, eps, kind, batch, day)
+            if dev in quarantined:
+                assert alarm is None
+                continue
+            plan = plan_for(kind, eps, SETTING)
+            h = threshold(len(plan.cusums), 8.0)
+            s = plain.get(dev)
+            if s is None or (s["kind"], s["day"], len(s["cusum"])) != (kind, day, len(plan.cusums)):
+                s = plain[dev] = {"kind": kind, "day": day, "reports": 0, "total": 0.0,
+                                  "cusum": [0.0] * len(plan.cusums)}
+            assert (alarm is not None) == plain_observe(plan, h, s, y)
+            if alarm is not None:
+                quarantined.add(dev)
+                assert alarm.statistic == max(s["cusum"]) and alarm.reports_today == s["reports"]
+        if batch % 7 == 3:
+            d.rollback()
+            plain, quarantined = saved
+        else:
+            d.commit()
+        for dev, s in plain.items():
+            got = d.states[dev]
+            assert (got.kind, got.day, got.reports, got.total, got.cusum) == tuple(s.values()), dev
+    assert set(d.quarantined) == quarantined and len(quarantined) >= 4
+
+
+def test_checkpoint_rows_are_the_devices_changed_since_the_last_checkpoint():
+    d = Detector(period_s=8.0, setting=SETTING)
+    d.observe("a", 100.0, 1.0, "duchi", 0, day=0)
+    d.commit()
+    d.observe("b", 100.0, 1.0, "duchi", 0, day=0)
+    assert {r[0] for r in d.checkpoint_rows()} == {"a", "b"}      # committed batches and this one
+    d.rollback()                                                  # b's batch was not journaled
+    assert {r[0] for r in d.checkpoint_rows()} == {"a"}
+    d.checkpointed()
+    assert d.checkpoint_rows() == []
+    d.observe("c", 100.0, 1.0, "duchi", 1, day=0)
+    d.commit()
+    d.release("c")                                                # its row goes with the release
+    assert d.checkpoint_rows() == []
+    d.observe("a", 100.0, 1.0, "duchi", 2, day=0)
+    d.commit()
+    rows = d.checkpoint_rows()
+    assert [DeviceState.from_row(r) for r in rows] == [("a", d.states["a"])] and d.states["a"].reports == 2

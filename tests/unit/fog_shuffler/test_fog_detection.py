@@ -190,3 +190,42 @@ def test_a_range_change_never_quarantines_reports_made_under_the_old_range(tmp_p
     assert drv.metric("rase_fog_reports_rejected_total", reason="impossible_y") == 0
     assert drv.metric("rase_fog_devices_quarantined") == 0
     assert drv.service.protocol.current.x_max == 300.0
+
+
+def test_a_crash_keeps_the_last_checkpoint_and_every_alarm(tmp_path):
+    """The statistics are journaled by checkpoint, alarms with their batch.
+    The journal's files are copied mid-run, between batches (what a SIGKILL
+    leaves on disk): a fog started on the copy has each device's statistics
+    as of the last checkpoint (the evidence after it is lost, and gathered
+    again from the next reports), and the quarantine raised after that
+    checkpoint (it was committed with its batch)."""
+    import shutil
+
+    cfg = FogConfig.load(None, **{**config(tmp_path).model_dump(), "detection": {"checkpoint_s": 3600}})
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    n_attack, at_checkpoint = DETECTION_REPORTS["duchi"], 10
+
+    async def run():
+        clock = ManualClock(0.0)
+        async with Driver(cfg, clock) as drv:
+            for t in range(n_attack + 2):
+                await drv.period(t, drv.top)
+                if t == at_checkpoint - 1:
+                    drv.service.screen.checkpoint(drv.service.journal, due_only=True)   # not due: nothing
+                    assert drv.service.journal.detector_states() == []
+                    drv.service.screen.checkpoint(drv.service.journal)                  # as when due
+            assert drv.service.screen.detector.is_quarantined(ATTACKER)
+            for suffix in ("", "-wal"):
+                shutil.copy(f"{cfg.journal_path}{suffix}", crashed / f"fog.sqlite{suffix}")
+        after_crash = FogConfig.load(None, **{**cfg.model_dump(), "journal_path": crashed / "fog.sqlite"})
+        async with Driver(after_crash, clock) as drv2:
+            det = drv2.service.screen.detector
+            assert det.quarantined.keys() == {ATTACKER}
+            assert {d: det.states[d].reports for d in HONEST} == {d: at_checkpoint for d in HONEST}
+        async with Driver(cfg, clock) as drv3:          # a clean stop checkpoints: nothing lost
+            det = drv3.service.screen.detector
+            assert det.quarantined.keys() == {ATTACKER}
+            assert {d: det.states[d].reports for d in HONEST} == {d: n_attack + 2 for d in HONEST}
+
+    asyncio.run(run())

@@ -67,7 +67,7 @@ def test_vector(name):
             reasons = batch.verify_next(states[i, j], [msg])
             if ok:
                 assert reasons == [None]
-                out_share = [int(x) for x in states[i, j].out_shares[:, 0]]
+                out_share = states[i, j].out_share(0)
                 assert vdaf.field.encode_vec(out_share).hex() == reports[i]["out_shares"][j]
             else:
                 assert reasons == [batch.Rejection.JOINT_RAND_MISMATCH]
