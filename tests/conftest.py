@@ -28,18 +28,12 @@ def shared_mosquitto(tmp_path_factory):
     broker.stop()
 
 
-RETAINED_TOPICS = ("rase/v1/control/precision", "rase/v1/aggregates/latest")
-
-
 @pytest.fixture
 def mosquitto(shared_mosquitto):
-    """The session's Mosquitto with no retained RASE state left by an earlier
-    test (a retained precision message would recalibrate this test's agents)."""
-    from tests.mqtt_helpers import publish_retained
+    """The session's Mosquitto, cleared of retained RASE state (mqtt_helpers.clear_retained)."""
+    from tests.mqtt_helpers import clear_retained
 
-    for topic in RETAINED_TOPICS:
-        publish_retained(shared_mosquitto.port, topic, b"")
-    return shared_mosquitto
+    return clear_retained(shared_mosquitto)
 
 
 @pytest.fixture

@@ -123,3 +123,14 @@ async def started_link(port: int, client_id: str, timeout_s: float = 5.0, **kw):
     while not link.connected.is_set() and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     return link
+
+
+RETAINED_TOPICS = ("rase/v1/control/precision", "rase/v1/aggregates/latest")
+
+
+def clear_retained(broker):
+    """No retained RASE state left by an earlier test on a shared broker (a
+    retained precision message would recalibrate the next test's agents)."""
+    for topic in RETAINED_TOPICS:
+        publish_retained(broker.port, topic, b"")
+    return broker

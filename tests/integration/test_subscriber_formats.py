@@ -23,6 +23,7 @@ import pytest
 from fusion_center.home_assistant import discovery_topic
 from rase_common.protocol.aggregate import Aggregate
 from rase_common.protocol.topics import AGGREGATE_LATEST_TOPIC, fusion_status_topic
+from simulators.brokers import Mosquitto
 from tests.unit.fusion_center.test_home_assistant import check_device_discovery
 
 pytestmark = pytest.mark.integration
@@ -36,14 +37,19 @@ def sub(port: int, topic: str, *extra: str, count: int = 1, wait_s: int = 5) -> 
 
 
 @pytest.fixture(scope="module")
-def replayed(shared_mosquitto, tmp_path_factory):
-    """A short replay of two houses (18 devices) through the real services on the shared Mosquitto."""
+def replayed(tmp_path_factory):
+    """A short replay of two houses (18 devices) through the real services, on a Mosquitto of this
+    module's own: what is retained there (control, latest, Home Assistant configs) is this replay's."""
+    broker = Mosquitto(tmp_path_factory.mktemp("mosquitto")).start()
     out = tmp_path_factory.mktemp("replay") / "r.jsonl"
     proc = subprocess.run([sys.executable, "-m", "rase.cli", "replay", "--houses", "1,2", "--hours", "0.05",
-                           "--start", "2015-01-08T08:00", "--broker", f"mqtt://127.0.0.1:{shared_mosquitto.port}",
+                           "--start", "2015-01-08T08:00", "--broker", f"mqtt://127.0.0.1:{broker.port}",
                            "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return shared_mosquitto, out
+    try:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        yield broker, out
+    finally:
+        broker.stop()
 
 
 def test_replay_leaves_a_home_assistant_device_config(replayed):
