@@ -109,16 +109,38 @@ def _agent(stack: Stack, device: str, region: str, house: int, appliance: int) -
     return ServiceThread(AgentService(cfg, source=refit_source(cfg.source, device, time.time())))
 
 
+class PortTaken(AssertionError):
+    """A free port picked for a service was bound by another process before the service bound it."""
+
+
 @contextlib.contextmanager
-def running_stack(work: Path):
-    """Start everything; stop it all however the test ends."""
+def running_stack(work: Path, attempts: int = 3):
+    """Start everything (again on fresh ports when another test's process took one of ours between
+    picking and binding it: pytest-xdist runs other brokers beside us); stop it all however the test ends."""
+    for attempt in range(attempts):
+        try:
+            with _running_stack(work / f"attempt{attempt}") as stack:
+                yield stack
+            return
+        except PortTaken:
+            if attempt == attempts - 1:
+                raise
+
+
+@contextlib.contextmanager
+def _running_stack(work: Path):
     work.mkdir(parents=True, exist_ok=True)
     ws_port = free_port()
     broker = Mosquitto(work / "mosquitto", extra_conf=f"sys_interval 1\nlistener {ws_port} 127.0.0.1\n"
                                                       "protocol websockets\n")
     stack = Stack(broker, ws_port, free_port(), free_port(), free_port(), work)
-    broker.start()
     try:
+        try:
+            broker.start()
+        except RuntimeError as err:
+            if "Unable to create" in str(err) or "Address already in use" in str(err):
+                raise PortTaken(str(err)) from None
+            raise
         assert wait_port(ws_port, 10), "mosquitto's websockets listener did not open"
         fog_cfg, fusion_cfg = _write_configs(stack)
         _rase(stack, "fusion", ["fusion", "--config", str(fusion_cfg)])
@@ -127,7 +149,9 @@ def running_stack(work: Path):
               {"RASE_BROKER_METRICS_BROKER__PORT": str(broker.port),
                "RASE_BROKER_METRICS_METRICS_PORT": str(stack.broker_metrics)})
         for port in (stack.fog_metrics, stack.fusion_metrics, stack.broker_metrics):
-            if not wait_port(port, 30):
+            if not wait_port(port, 30) or any(p.poll() is not None for p in stack.procs.values()):
+                if "Address already in use" in stack.logs():
+                    raise PortTaken(stack.logs())
                 stack.check_alive()
                 raise AssertionError(f"metrics port {port} did not open\n{stack.logs()}")
         for h in HOUSES:
