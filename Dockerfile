@@ -9,6 +9,7 @@ FROM python:3.11.10-slim-bookworm
 ARG RASE_EXTRAS=deploy
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY rase_device rase_device
 COPY edge_agent edge_agent
 COPY fog_shuffler fog_shuffler
 COPY fusion_center fusion_center

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.timing import best_of  # noqa: E402
 from rase_common.amplification import closed_form_eps, numerical_eps  # noqa: E402
-from fog_shuffler.mallows import uniform_order  # noqa: E402
+from fog_shuffler.shuffle.mallows import uniform_order  # noqa: E402
 
 
 def main() -> None:

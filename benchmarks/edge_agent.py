@@ -17,10 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from edge_agent.entropy import RandomBits  # noqa: E402
-from edge_agent.mechanisms import MECHANISMS, make_randomizer  # noqa: E402
-from edge_agent.naive_laplace import naive_float_br  # noqa: E402
-from edge_agent.randomizer import BudgetRandomizer, Calibration  # noqa: E402
+from rase_device.entropy import RandomBits  # noqa: E402
+from rase_device.mechanisms import MECHANISMS, make_randomizer  # noqa: E402
+from rase_device.naive_laplace import naive_float_br  # noqa: E402
+from rase_device.randomizer import BudgetRandomizer, Calibration  # noqa: E402
 from simulators.wasm_board import WASM_URANDOM, run_micropython  # noqa: E402
 
 EPS_CASES = (1.0, 9.0)  # clamp branch (eps < eps_star = 4.605) and plain branch
@@ -68,9 +68,9 @@ def cpython_mechanism_rates(n: int) -> dict:
 
 MP_MECH_RATE = """
 import time
-from edge_agent.entropy import RandomBits
-from edge_agent.mechanisms import MECHANISMS, make_randomizer
-from edge_agent.randomizer import Calibration
+from rase_device.entropy import RandomBits
+from rase_device.mechanisms import MECHANISMS, make_randomizer
+from rase_device.randomizer import Calibration
 cal = Calibration()
 res = []
 for eps in %(eps)r:
@@ -97,9 +97,9 @@ def micropython_mechanism_rates(n: int) -> dict:
 
 MP_RATE = """
 import time
-from edge_agent.entropy import RandomBits
-from edge_agent.randomizer import BudgetRandomizer, Calibration
-from edge_agent.naive_laplace import naive_float_br
+from rase_device.entropy import RandomBits
+from rase_device.randomizer import BudgetRandomizer, Calibration
+from rase_device.naive_laplace import naive_float_br
 cal = Calibration()
 bits = RandomBits(read=%(urandom)s)
 br = BudgetRandomizer(cal, bits)
@@ -121,8 +121,8 @@ print(res)
 # Heap: separate runPython calls so the port can collect between them.
 MP_HEAP = [
     "import gc\ngc.collect()\nprint(gc.mem_alloc())",
-    "import json\nfrom edge_agent.core import AgentCore\nfrom edge_agent.entropy import RandomBits\n"
-    "from edge_agent.ledger import BudgetLedger\nfrom edge_agent.randomizer import Calibration",
+    "import json\nfrom rase_device.core import AgentCore\nfrom rase_device.entropy import RandomBits\n"
+    "from rase_device.ledger import BudgetLedger\nfrom rase_device.randomizer import Calibration",
     "import gc\ngc.collect()\nprint(gc.mem_alloc())",
     "core = AgentCore('h1a1', 'r1', 1.0, BudgetLedger('/l.json', 1e9, 86400), Calibration(), 8, 0,"
     " RandomBits(read=%s), 64)\ndef batch(k, t0):\n    for i in range(k):\n"
@@ -139,7 +139,7 @@ MP_HEAP = [
 
 
 def micropython_stats(n: int) -> dict:
-    baseline = {"/lib/edge_agent/naive_laplace.py": (ROOT / "edge_agent/naive_laplace.py").read_text()}
+    baseline = {"/lib/edge_agent/naive_laplace.py": (ROOT / "rase_device/naive_laplace.py").read_text()}
     raw = run_micropython([MP_RATE % {"urandom": WASM_URANDOM, "eps": EPS_CASES, "n": n}],
                           files=baseline, heapsize=4 << 20)[0]
     rates = {}

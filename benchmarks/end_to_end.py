@@ -81,7 +81,7 @@ sys.path.insert(0, str(ROOT))
 
 import paho.mqtt.client as mqtt  # noqa: E402
 
-from edge_agent import wire  # noqa: E402
+from rase_device import wire  # noqa: E402
 from fog_shuffler.journal import SYNCHRONOUS_ENV  # noqa: E402
 from simulators.brokers import Mosquitto  # noqa: E402
 from simulators.loadgen import connect, publish_all, publish_packet  # noqa: E402
@@ -118,8 +118,8 @@ class Prio3Reports:
         self.args = (public_key, region, devices, windows, t0, part, parts)
 
     def __call__(self) -> list[tuple[str, str]]:
-        from edge_agent.prio3 import prio3_sum
-        from edge_agent.secagg import encode_report, report_ctx
+        from rase_device.prio3 import prio3_sum
+        from rase_device.secagg import encode_report, report_ctx
         from rase_common.vdaf.fast_client import FastPrio3, fast_make_report
 
         pk, region, devices, windows, t0, part, parts = self.args

@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.timing import best_of  # noqa: E402
-from edge_agent.randomizer import Calibration  # noqa: E402
+from rase_device.randomizer import Calibration  # noqa: E402
 from fusion_center.estimators import (bootstrap, br_bootstrap, br_corrected, mle, sample_mean,  # noqa: E402
                                       unbiased_mean, windowed)
 from rase_common.mechanisms import MECHANISMS, Setting, mechanism  # noqa: E402

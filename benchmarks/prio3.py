@@ -1,10 +1,10 @@
 """Prio3 benchmark: the device's shard + prove + seal, and the aggregators'
 batch verification.
 
-Device: reports/s of edge_agent.prio3_report.make_report (Prio3Sum with
+Device: reports/s of rase_device.prio3_report.make_report (Prio3Sum with
 12-bit measurements, Prio3Count, Prio3Histogram of 20 bands) under CPython,
 the MicroPython unix port and the MicroPython WebAssembly port, each beside
-BR (edge_agent.randomizer.BudgetRandomizer) in the same run; the device
+BR (rase_device.randomizer.BudgetRandomizer) in the same run; the device
 core's heap under both MicroPython ports (gc.mem_alloc deltas).
 
 Aggregators: windows of 1,000 / 10,000 / 100,000 reports: helper-share
@@ -46,11 +46,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import edge_agent.prio3 as p3  # noqa: E402
-from edge_agent.entropy import RandomBits  # noqa: E402
-from edge_agent.prio3_report import helper_share_info, make_report  # noqa: E402
-from edge_agent.randomizer import BudgetRandomizer, Calibration  # noqa: E402
-from edge_agent.vdaf_field import FIELD128  # noqa: E402
+import rase_device.prio3 as p3  # noqa: E402
+from rase_device.entropy import RandomBits  # noqa: E402
+from rase_device.prio3_report import helper_share_info, make_report  # noqa: E402
+from rase_device.randomizer import BudgetRandomizer, Calibration  # noqa: E402
+from rase_device.vdaf_field import FIELD128  # noqa: E402
 from rase_common.vdaf import Prio3Aggregator, generate_keypair, open_helper_shares, xof  # noqa: E402
 from rase_common.vdaf import hpke as server_hpke  # noqa: E402
 from rase_common.vdaf.field import vector_field  # noqa: E402
@@ -67,10 +67,10 @@ BR_N = 2000
 
 DEVICE_SNIPPET = """
 import json, time
-from edge_agent.entropy import RandomBits
-from edge_agent.randomizer import BudgetRandomizer, Calibration
-from edge_agent.prio3 import prio3_sum, prio3_count, prio3_histogram
-from edge_agent.prio3_report import make_report
+from rase_device.entropy import RandomBits
+from rase_device.randomizer import BudgetRandomizer, Calibration
+from rase_device.prio3 import prio3_sum, prio3_count, prio3_histogram
+from rase_device.prio3_report import make_report
 read = %(read)s
 pk = bytes.fromhex(%(pk)r)
 res = {}
@@ -93,8 +93,8 @@ print(json.dumps(res))
 # when control returns to JavaScript (the unix port runs them as one script).
 HEAP_SNIPPETS = [
     "import gc\ngc.collect()\nprint(gc.mem_alloc())",
-    "from edge_agent.prio3 import prio3_sum, prio3_count, prio3_histogram\n"
-    "from edge_agent.prio3_report import make_report",
+    "from rase_device.prio3 import prio3_sum, prio3_count, prio3_histogram\n"
+    "from rase_device.prio3_report import make_report",
     "gc.collect()\nprint(gc.mem_alloc())",
     "v = prio3_sum(4095)\npk = bytes.fromhex(%(pk)r)\nread = %(read)s\nmake_report(v, b'bench', 5, pk, read)",
     "gc.collect()\nprint(gc.mem_alloc())",
@@ -159,8 +159,8 @@ def device_micropython(n: int, pk: bytes) -> dict:
 
 
 SMALL_HEAP_SNIPPET = """
-from edge_agent.prio3 import prio3_sum, prio3_count, prio3_histogram
-from edge_agent.prio3_report import make_report
+from rase_device.prio3 import prio3_sum, prio3_count, prio3_histogram
+from rase_device.prio3_report import make_report
 pk = bytes.fromhex(%(pk)r)
 for v, m in ((prio3_sum(4095), 4000), (prio3_count(), 1), (prio3_histogram(20, 4), 7)):
     for i in range(3):

@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.timing import best_of  # noqa: E402
-from fog_shuffler.group_refinement import agglomerative, paper_agglomerative, refine  # noqa: E402
-from fog_shuffler.mallows import mallows_order  # noqa: E402
-from fog_shuffler.randomness import window_rng  # noqa: E402
-from fog_shuffler.relationship import RelationshipGraph  # noqa: E402
-from fog_shuffler.robust_shuffler import ShuffleParams, robust_shuffle  # noqa: E402
+from fog_shuffler.shuffle.group_refinement import agglomerative, paper_agglomerative, refine  # noqa: E402
+from fog_shuffler.shuffle.mallows import mallows_order  # noqa: E402
+from fog_shuffler.shuffle.randomness import window_rng  # noqa: E402
+from fog_shuffler.shuffle.relationship import RelationshipGraph  # noqa: E402
+from fog_shuffler.shuffle.robust_shuffler import ShuffleParams, robust_shuffle  # noqa: E402
 
 THETA = 30 / 36  # REFIT houses of 9 appliances: omega 8, Delta_K 36
 

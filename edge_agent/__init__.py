@@ -1,8 +1,6 @@
-"""RASE edge agent: the device side of the pipeline.
+"""RASE's CPython edge agent: `rase agent`, board bundles and the agent's
+diagnostics, over the device core in `rase_device` (which boards run).
 
-The device core imports only what MicroPython has; `edge_agent.flash.DEVICE_CORE`
-lists its modules (and `manifest.py` the same files), and tests/unit/test_layering.py
-checks it. CPython-only modules (config, paho_transport, service, sources,
-flash, board_deps) sit beside it. Nothing is imported here, so that a board
-loads only the modules it uses.
+CPython-only: config, paho_transport, service, sources, flash, board_deps,
+diagnostics. Nothing is imported here.
 """

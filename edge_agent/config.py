@@ -8,9 +8,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from edge_agent import wire
-from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
-from edge_agent.randomizer import Calibration
+from rase_device import wire
+from rase_device.mechanisms import DEFAULT_MECHANISM, check_mechanism
+from rase_device.randomizer import Calibration
 from rase_common.mqtt import BrokerConfig
 from rase_common.protocol.control import ControlPolicy
 from rase_common.settings import TomlSettings
@@ -59,7 +59,7 @@ class SourceConfig(BaseModel):
 
 
 class BoardConfig(BaseModel):
-    """What only a flashed board needs (edge_agent/board.py): network, time,
+    """What only a flashed board needs (rase_device/board.py): network, time,
     safety nets and console output. Written into /rase_config.json."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     wifi_ssid: str | None = None           # unset: wired, or the firmware brings the network up

@@ -6,7 +6,7 @@ budget is spent, its ledger cannot be read, a control message was refused),
 one when it is reporting again, and one when the fog says on the device's
 own feedback topic why it rejects its reports (unknown_device, ...). The
 device's retained status says the same to whoever watches it
-(edge_agent.wire.encode_status: state and counts).
+(rase_device.wire.encode_status: state and counts).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import logging
 import threading
 import time
 
-from edge_agent.core import AgentCore
-from edge_agent.randomizer import EPS_UNITS
+from rase_device.core import AgentCore
+from rase_device.randomizer import EPS_UNITS
 
 # States this watch explains; a refused control message and an unwritable
 # ledger have their own lines where they happen (paho_transport, service).

@@ -16,8 +16,8 @@ import time
 
 import paho.mqtt.client as mqtt
 
-from edge_agent import wire
-from edge_agent.core import AgentCore
+from rase_device import wire
+from rase_device.core import AgentCore
 from edge_agent.diagnostics import FeedbackWatch
 from rase_common.mqtt import BrokerConfig, connect_in_background, paho_client
 

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 from edge_agent.config import AgentConfig
-from edge_agent.core import AgentCore
+from rase_device.core import AgentCore
 from edge_agent.diagnostics import StatusWatch
-from edge_agent.entropy import RandomBits
-from edge_agent.ledger import BudgetLedger
+from rase_device.entropy import RandomBits
+from rase_device.ledger import BudgetLedger
 from edge_agent.paho_transport import PahoTransport
 from edge_agent.sources import Source, make_source
 from rase_common.clock import ScaledClock, WallClock
@@ -126,7 +126,7 @@ class AgentService(Service):
                 return None
             led = self.core.ledger
             if payload is None and led.unwritable and (led.write_errors == 1 or led.write_errors % 100 == 0):
-                # Fail closed (edge_agent.ledger): no report until a reservation is on disk.
+                # Fail closed (rase_device.ledger): no report until a reservation is on disk.
                 log.warning("agent=%s cannot write its ledger %s (%s, %d times): not reporting until it can",
                             self.cfg.device, led.path, led.last_write_error, led.write_errors)
             return payload

@@ -9,13 +9,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from edge_agent import wire
-from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
-from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
-from edge_agent.randomizer import check_finite
-from fog_shuffler.leader import Prio3FogConfig
-from fog_shuffler.relationship import RelationshipGraph
-from fog_shuffler.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
+from rase_device import wire
+from rase_device.mechanisms import DEFAULT_MECHANISM, check_mechanism
+from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
+from rase_device.randomizer import check_finite
+from fog_shuffler.prio3.leader import Prio3FogConfig
+from fog_shuffler.shuffle.relationship import RelationshipGraph
+from fog_shuffler.shuffle.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
 from rase_common.protocol.control import ControlPolicy
@@ -92,7 +92,7 @@ class ShufflerConfig(BaseModel):
 
 
 class DetectionConfig(BaseModel):
-    """Attacker detection (fog_shuffler.detection): each device's reports are
+    """Attacker detection (fog_shuffler.screen.detection): each device's reports are
     tested against what an honest device could send for any reading in the
     range; a device that fails is quarantined until `rase fog release`."""
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from rase_common.errors import ProtocolError
-from edge_agent.mechanisms import DEFAULT_MECHANISM
+from rase_device.mechanisms import DEFAULT_MECHANISM
 from rase_common.mechanisms import Setting, mechanism
 from rase_common.protocol.report import MAX_REPORT_BYTES, Report, decode_report
 from rase_common.protocol.topics import parse_report_topic
@@ -19,8 +19,8 @@ from rase_common.protocol.topics import parse_report_topic
 # (rase_common.mechanisms: Duchi's two values, PM's grid, BR's grid and clamp
 # range, a bit, a category or mask); implausible_y: an output of BR without
 # clamping, but beyond the stated tail (rase_common.mechanisms.br.REPORT_TAIL).
-# quarantined_device: a valid report from a device the fog's attacker detection quarantined (fog_shuffler.detection).
-# nonce_repeated, malformed_share, prio3_reply_invalid: the secure-aggregation mode (fog_shuffler.leader).
+# quarantined_device: a valid report from a device the fog's attacker detection quarantined (fog_shuffler.screen.detection).
+# nonce_repeated, malformed_share, prio3_reply_invalid: the secure-aggregation mode (fog_shuffler.prio3.leader).
 REASONS = ("oversized", "bad_topic", "malformed_json", "wrong_type", "non_finite", "unknown_device",
            "t_out_of_range", "implausible_y", "eps_not_on_menu", "impossible_y", "quarantined_device",
            "nonce_repeated", "malformed_share", "prio3_reply_invalid")
@@ -53,7 +53,7 @@ class IngestRules:
     lateness_periods: int | None   # how far behind the fog's clock a report's t may be (None: the
                                    # windows judge it: late data, fog_shuffler.windows)
     max_bytes: int = MAX_REPORT_BYTES
-    mechanism: str = DEFAULT_MECHANISM   # what the devices report (edge_agent.mechanisms)
+    mechanism: str = DEFAULT_MECHANISM   # what the devices report (rase_device.mechanisms)
     categories: int = 4            # categorical: len(bands) + 1
     gamma: float = 1.0             # the grid (the control message's), for the exact output sets
     beta: float = 0.5              # BR's precision: it clamps below eps_star(beta, rho, x_min, x_max)

@@ -41,8 +41,8 @@ CREATE TABLE IF NOT EXISTS outbox (region TEXT, t INTEGER, rev INTEGER DEFAULT 0
 CREATE TABLE IF NOT EXISTS closed (region TEXT, t INTEGER, rev INTEGER DEFAULT 0, PRIMARY KEY (region, t));
 """
 
-# Attacker detection (fog_shuffler.detection): each device's statistics today
-# (as of the last checkpoint, fog_shuffler.screening), the devices quarantined,
+# Attacker detection (fog_shuffler.screen.detection): each device's statistics today
+# (as of the last checkpoint, fog_shuffler.screen.screening), the devices quarantined,
 # and release requests from `rase fog release` (written by the operator's
 # command while the fog runs; the fog applies them).
 DETECTION_SCHEMA = """
@@ -56,7 +56,7 @@ CREATE TABLE IF NOT EXISTS release_requests (device TEXT PRIMARY KEY, requested 
 @dataclass(frozen=True)
 class DetectionWrite:
     """What one batch writes for the detector, with its reports: its alarms,
-    and the statistics when a checkpoint is due (fog_shuffler.screening)."""
+    and the statistics when a checkpoint is due (fog_shuffler.screen.screening)."""
     states: list[tuple]                                  # DeviceState.as_row
     quarantined: list[tuple[str, int, float, str]] = field(default_factory=list)   # device, t, since, test
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, fields
 
-from edge_agent import wire
-from edge_agent.mechanisms import DEFAULT_MECHANISM
-from edge_agent.schedule import Schedule, from_control
+from rase_device import wire
+from rase_device.mechanisms import DEFAULT_MECHANISM
+from rase_device.schedule import Schedule, from_control
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
-from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
+from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 from rase_common.errors import ProtocolError
 from rase_common.protocol.control import ControlPolicy
 from rase_common.protocol.prio3 import Prio3Params
@@ -31,20 +31,20 @@ class Protocol:
     eps_levels: tuple[float, ...]
     x_min: float
     x_max: float
-    mechanism: str = DEFAULT_MECHANISM     # the devices' mechanism (edge_agent.mechanisms)
+    mechanism: str = DEFAULT_MECHANISM     # the devices' mechanism (rase_device.mechanisms)
     gamma: float = 1.0                     # the grid, and BR's precision (beta, rho): what a report
     beta: float = 0.5                      # can be depends on them (rase_common.mechanisms support)
     rho: float = 0.9
     on_above: float = DEFAULT_ON_ABOVE     # binary: on when the reading is above
     bands: tuple[float, ...] = tuple(DEFAULT_BANDS)   # categorical: band edges
-    since_t: int | None = None             # a schedule change (edge_agent.schedule): this one from since_t on,
+    since_t: int | None = None             # a schedule change (rase_device.schedule): this one from since_t on,
     previous_period_s: float | None = None   # the previous one before
     previous_epoch0: float | None = None
     prio3: Prio3Params | None = None       # secure aggregation: the Prio3 kind, product, dp_eps, key id
 
     @classmethod
     def from_control(cls, msg: dict, current: "Protocol") -> "Protocol":
-        """From a parsed control message (edge_agent.wire.parse_control)."""
+        """From a parsed control message (rase_device.wire.parse_control)."""
         return cls(period_s=float(msg["period_s"]), epoch0=float(msg.get("epoch0", current.epoch0)),
                    eps_levels=tuple(sorted(set(float(e) for e in msg["eps_levels"]))),
                    x_min=float(msg["x_min"]), x_max=float(msg["x_max"]), mechanism=msg.get("mechanism", DEFAULT_MECHANISM),

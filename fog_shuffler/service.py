@@ -28,16 +28,16 @@ import contextlib
 import logging
 import time
 
-from fog_shuffler.closing import WindowCloser
+from fog_shuffler.ldp.closing import WindowCloser
 from fog_shuffler.config import FogConfig
 from fog_shuffler.feedback import RejectionFeedback
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected
 from fog_shuffler.intake import IntakeHold, OutboxCount
 from fog_shuffler.journal import Journal
-from fog_shuffler.leader import Prio3Leader
+from fog_shuffler.prio3.leader import Prio3Leader
 from fog_shuffler.metrics import FogMetrics
 from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower, ProtocolGate
-from fog_shuffler.screening import DeviceScreen
+from fog_shuffler.screen.screening import DeviceScreen
 from fog_shuffler.windows import Outcome, RegionCounters, WindowManager
 from rase_common.channels import Sink, Source
 from rase_common.clock import ScaledClock, SteadyClock, WallClock
@@ -87,7 +87,7 @@ class FogService(Service):
                                                   lateness_periods=None),
                                  grace_periods=cfg.lateness_periods + 2,
                                  policy=cfg.control_policy.build(cfg.period_s))
-        # Attacker detection (fog_shuffler.screening), None when [detection] is off.
+        # Attacker detection (fog_shuffler.screen.screening), None when [detection] is off.
         self.screen = (DeviceScreen(own, cfg.detection.false_alarm_per_device_day, self.metrics.devices_quarantined,
                                     checkpoint_s=cfg.detection.checkpoint_s) if cfg.detection.enabled else None)
         self.arrived, self.due, self.outbox_wakeup = Wakeup(), Wakeup(), Wakeup()
@@ -103,7 +103,7 @@ class FogService(Service):
         self.quarantine: Quarantine | None = None
         self.forwarder: OutboxSender | None = None
         self.closer: WindowCloser | None = None
-        # Secure aggregation: the fog as Prio3's leader (fog_shuffler.leader), when configured.
+        # Secure aggregation: the fog as Prio3's leader (fog_shuffler.prio3.leader), when configured.
         self.leader = (Prio3Leader(cfg.prio3, name=cfg.name, regions=list(cfg.regions), k_min=cfg.k_min,
                                    registry=self.metrics.registry, storage=self.storage, sink_name=cfg.sink)
                        if cfg.prio3 is not None else None)

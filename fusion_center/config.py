@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from edge_agent import wire
-from fusion_center.helper import Prio3FusionConfig
+from rase_device import wire
+from fusion_center.prio3.helper import Prio3FusionConfig
 from rase_common.protocol.control import ControlMessage
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
@@ -22,7 +22,7 @@ class CentralTarget(BaseModel):
     """For the binary mechanism: the central (eps, delta) each shuffled window
     of `devices` reports must meet. The fusion center then broadcasts the
     eps per report (and so the flip probability) that meets it, by the
-    numerical FMT bound (fusion_center.counts.rr_flip_for_central), as the
+    numerical FMT bound (fusion_center.ldp.counts.rr_flip_for_central), as the
     shuffle-DP notes choose p. It holds for windows shuffled uniformly with
     at least `devices` reports."""
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -51,7 +51,7 @@ class FusionConfig(TomlSettings):
     merge_deadline_s: float = Field(16.0, ge=0)   # close t this long after its first window
     # A change of [precision] period_s or epoch0 takes effect at the new
     # schedule's first boundary this many (longer) periods from now, announced
-    # in the control message meanwhile (edge_agent.schedule).
+    # in the control message meanwhile (rase_device.schedule).
     schedule_lead_periods: int = Field(4, ge=1)
     # Late batches from the fog (reports that came after their window closed)
     # revise an aggregate for this long after its t; keep it at least the
@@ -72,7 +72,7 @@ class FusionConfig(TomlSettings):
     speedup: float = Field(1.0, gt=0)
     precision: ControlMessage = ControlMessage()
     # binary only: sets precision.eps_levels. Claimed per aggregate only where every window was uniformly
-    # shuffled and states a central eps within it (fusion_center.context): a Mallows fog cannot deliver it.
+    # shuffled and states a central eps within it (fusion_center.ldp.context): a Mallows fog cannot deliver it.
     central_target: CentralTarget | None = None
     clipping: ClippingConfig | None = None
     broker: BrokerConfig = BrokerConfig()
@@ -105,7 +105,7 @@ class FusionConfig(TomlSettings):
         target = data.get("central_target") if isinstance(data, dict) else None
         if target is None:
             return data
-        from fusion_center.counts import rr_flip_for_central
+        from fusion_center.ldp.counts import rr_flip_for_central
 
         t = target if isinstance(target, CentralTarget) else CentralTarget.model_validate(target)
         prec = data.get("precision", {})

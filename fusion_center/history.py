@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from fusion_center.estimators import Estimate
-from fusion_center.merge import ESTIMATORS, history_key
+from fusion_center.ldp.merge import ESTIMATORS, history_key
 
 
 class EstimateHistory:

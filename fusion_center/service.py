@@ -30,10 +30,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from fusion_center.config import FusionConfig
-from fusion_center.helper import Prio3Helper
+from fusion_center.prio3.helper import Prio3Helper
 from fusion_center.history import EstimateHistory
-from fusion_center.home_assistant import Announcer, aggregate_properties, expiry_s
-from fusion_center.merge import TimestampMerger, aggregate
+from fusion_center.announce.home_assistant import Announcer, aggregate_properties, expiry_s
+from fusion_center.ldp.merge import TimestampMerger, aggregate
 from fusion_center.metrics import FusionMetrics
 from fusion_center.store import AggregateStore
 from rase_common.channels import Source
@@ -79,7 +79,7 @@ class FusionService(Service):
         self.store: AggregateStore | None = None
         self.quarantine: Quarantine | None = None
         self.publisher: OutboxSender | None = None
-        # Secure aggregation: the fusion center as Prio3's helper (fusion_center.helper), when configured.
+        # Secure aggregation: the fusion center as Prio3's helper (fusion_center.prio3.helper), when configured.
         self.helper = (Prio3Helper(cfg.prio3, regions=cfg.regions, merge_deadline_s=cfg.merge_deadline_s,
                                    registry=self.metrics.registry, storage=self.storage) if cfg.prio3 else None)
         self._held: list = []              # taken from the source, not yet stored (storage failing)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from fusion_center.home_assistant import DISCOVERY_PREFIX, discovery_topic
+from fusion_center.announce.home_assistant import DISCOVERY_PREFIX, discovery_topic
 from rase_common.protocol.topics import CONTROL_TOPIC as CONTROL, PRIO3_VERIFY_PREFIX, fusion_status_topic
 
 HEALTH = "health"     # the broker's healthcheck: reads its $SYS status only

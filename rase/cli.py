@@ -9,8 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from edge_agent.mechanisms import ALL_MECHANISMS, DEFAULT_MECHANISM, MEAN_MECHANISMS
-from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
+from rase_device.mechanisms import ALL_MECHANISMS, DEFAULT_MECHANISM, MEAN_MECHANISMS
+from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from rase_common.errors import ConfigError
 from rase_common.service import run_service
 
@@ -195,7 +195,7 @@ def cmd_broker_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from fusion_center.live_page import PageConfig, make_server
+    from fusion_center.announce.live_page import PageConfig, make_server
     from pydantic import ValidationError
 
     try:
@@ -340,7 +340,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   "uniformly shuffled (Mallows or BUDS batches), so they cannot deliver the central eps",
                   file=sys.stderr)
             return 2
-        from fusion_center.counts import rr_flip_for_central
+        from fusion_center.ldp.counts import rr_flip_for_central
         n_dev = sum(len(h.device_ids()) for h in houses) * args.clone
         choice = rr_flip_for_central(args.central_eps, 1e-6, n_dev)
         args.eps = choice.eps0

@@ -1,5 +1,5 @@
 """Times on the command line: ISO 8601 in, logical timestamps t out, through
-the schedule of the control message (edge_agent.schedule)."""
+the schedule of the control message (rase_device.schedule)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def parse_iso(text: str) -> float:
     return when.timestamp()
 
 
-def t_of(value: int | str, schedule) -> int:  # noqa: ANN001 - edge_agent.schedule.Schedule
+def t_of(value: int | str, schedule) -> int:  # noqa: ANN001 - rase_device.schedule.Schedule
     """A --from/--to value as a logical t: an int is t already; an ISO time
     is the t whose period contains it."""
     if isinstance(value, int):

@@ -110,7 +110,7 @@ class Wakeup:
 
 def seconds_to_next_boundary(clock, schedule, cap_s: float = 1.0) -> float:
     """Wall seconds until the clock crosses the schedule's next period
-    boundary (edge_agent.schedule: when windows may come due), at most cap_s.
+    boundary (rase_device.schedule: when windows may come due), at most cap_s.
     A manual clock (speedup inf) is moved by its driver, which wakes the
     service itself."""
     speedup = getattr(clock, "speedup", 1.0)

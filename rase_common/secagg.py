@@ -18,8 +18,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from edge_agent.entropy import RandomBits
-from edge_agent.prio3 import VERIFY_KEY_SIZE, Prio3
+from rase_device.entropy import RandomBits
+from rase_device.prio3 import VERIFY_KEY_SIZE, Prio3
 from rase_common.errors import ConfigError
 from rase_common.mechanisms.prio3 import central_noise, draw_noise
 from rase_common.protocol.prio3 import Prio3Params

@@ -14,7 +14,7 @@ network delay (normal, sd `jitter_s`), so positions are stable but not fixed.
 
 Scenarios: raw readings; BR only; Laplace + uniform shuffle (float Laplace,
 unclamped, the paper's Laplace-fisher); BR + Mallows (the d_sigma mechanism
-alone, fog_shuffler.robust_shuffler.dsigma_shuffle: BFS sigma_0, houses as
+alone, fog_shuffler.shuffle.robust_shuffler.dsigma_shuffle: BFS sigma_0, houses as
 groups, theta = alpha / Delta_K, no refinement or fallback); full RASE (BR + RS).
 
 Beside the sender's recall, each result carries the house rate (share of test
@@ -33,11 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_agent.entropy import RandomBits
-from edge_agent.randomizer import BudgetRandomizer, Calibration
-from fog_shuffler.randomness import window_rng
-from fog_shuffler.relationship import RelationshipGraph
-from fog_shuffler.robust_shuffler import DEFAULT_BUDS_BATCH, ShuffleParams, buds_shuffle, dsigma_shuffle, robust_shuffle
+from rase_device.entropy import RandomBits
+from rase_device.randomizer import BudgetRandomizer, Calibration
+from fog_shuffler.shuffle.randomness import window_rng
+from fog_shuffler.shuffle.relationship import RelationshipGraph
+from fog_shuffler.shuffle.robust_shuffler import DEFAULT_BUDS_BATCH, ShuffleParams, buds_shuffle, dsigma_shuffle, robust_shuffle
 from simulators.evaluation import readings_matrix, seeded_bytes
 from simulators.pipeline import fleet
 from simulators.refit import epoch0_of, load_house

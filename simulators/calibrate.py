@@ -8,7 +8,7 @@ board would, with noise from os.urandom. Those reports cost each device
 eps_calibration per report, charged like any report. The debiased bucket
 frequencies give a private estimate of high quantiles and, for every
 candidate x_max, the clipping bias of the mean against the noise of the mean
-at the deployment's eps and n (fusion_center.range_choice). The chosen x_max
+at the deployment's eps and n (fusion_center.ldp.range_choice). The chosen x_max
 can be written into a fusion config's [precision] table for broadcast.
 
 In a deployment the calibration round would be announced by the control
@@ -27,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_agent.categorical import (KaryRR, OptimizedUnaryEncoding, choose_oracle, krr_eps, krr_keep_fraction,
+from rase_device.categorical import (KaryRR, OptimizedUnaryEncoding, choose_oracle, krr_eps, krr_keep_fraction,
                                     oue_eps, oue_flip_fraction)
-from edge_agent.entropy import RandomBits
+from rase_device.entropy import RandomBits
 from fusion_center.estimators import Estimate
-from fusion_center.frequencies import krr_counts, krr_frequencies, oue_counts, oue_frequencies
-from fusion_center.range_choice import RangeCandidate, best_range, clip_bias_sd, range_tradeoff
-from edge_agent.mechanisms import DEFAULT_MECHANISM
+from fusion_center.ldp.frequencies import krr_counts, krr_frequencies, oue_counts, oue_frequencies
+from fusion_center.ldp.range_choice import RangeCandidate, best_range, clip_bias_sd, range_tradeoff
+from rase_device.mechanisms import DEFAULT_MECHANISM
 from rase_common.mechanisms import Setting, mechanism
 from simulators.evaluation import readings_matrix
 from simulators.pipeline import fleet

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from fusion_center.merge import estimate_reports
+from fusion_center.ldp.merge import estimate_reports
 from rase_common.mechanisms import Setting, binary, categorical, mechanism
 from rase_common.mechanisms.base import z_quantile
 from rase_common.mechanisms.br import is_clamped, laplace_variance
@@ -116,7 +116,7 @@ def run_cell(name: str, eps: float, n: int, data: str, reps: int, rng: np.random
              setting: Setting = Setting(), level: float = 0.95, bootstrap_b: int = 500, bits=None) -> list[Cell]:
     """Coverage of every published estimate of `name` that has a true value
     (mean, bs, count, band shares), over `reps` draws, estimated as the
-    fusion center does (fusion_center.merge.estimate_reports). Reports come
+    fusion center does (fusion_center.ldp.merge.estimate_reports). Reports come
     from the mechanism's vectorised sampler, or with `bits` (a RandomBits)
     from its real device randomizer."""
     mech = mechanism(name)

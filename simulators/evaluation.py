@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_agent.entropy import RandomBits
-from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
-from edge_agent.randomizer import Calibration
-from fusion_center.merge import estimate_reports
+from rase_device.entropy import RandomBits
+from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
+from rase_device.randomizer import Calibration
+from fusion_center.ldp.merge import estimate_reports
 from rase_common.mechanisms import Setting, mechanism
 from simulators.pipeline import Device, fleet, truth
 from simulators.refit import epoch0_of, grid_readings, load_house
@@ -379,7 +379,7 @@ def _series_eps(eps: list[float]) -> float | None:
 # On/off: an appliance is on when its power is above ON_THRESHOLD_W. Category:
 # the load class of an appliance's reading (off / low / medium / high, edges in
 # LOAD_CLASS_EDGES_W). Each device reports through the real device randomizers
-# (edge_agent.binary_rr, edge_agent.categorical); the fusion center's
+# (rase_device.binary_rr, rase_device.categorical); the fusion center's
 # estimators are scored against the truth per timestamp.
 
 ON_THRESHOLD_W = DEFAULT_ON_ABOVE                  # the devices' defaults, so offline and replay agree
@@ -388,7 +388,7 @@ LOAD_CLASS_EDGES_W = tuple(DEFAULT_BANDS)
 
 def load_classes(x: np.ndarray, edges=LOAD_CLASS_EDGES_W) -> np.ndarray:
     """Class 0..len(edges) of each reading, upper edges inclusive as on the
-    device (edge_agent.categorical.band_of; NaN stays NaN)."""
+    device (rase_device.categorical.band_of; NaN stays NaN)."""
     out = np.digitize(x, edges, right=True).astype(float)   # <= 10 W is off, as for on/off
     out[np.isnan(x)] = np.nan
     return out

@@ -20,8 +20,8 @@ from collections.abc import Callable
 import numpy as np
 import paho.mqtt.client as mqtt
 
-from edge_agent import wire
-from edge_agent.core import AgentCore
+from rase_device import wire
+from rase_device.core import AgentCore
 from rase_common.mqtt import BrokerConfig, connect_in_background, paho_client
 
 log = logging.getLogger(__name__)

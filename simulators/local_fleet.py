@@ -23,7 +23,7 @@ import logging
 import time
 
 from edge_agent.config import AgentConfig, SourceConfig
-from edge_agent.core import AgentCore
+from rase_device.core import AgentCore
 from edge_agent.diagnostics import FeedbackWatch, StatusWatch
 from edge_agent.service import build_core
 from rase_common.clock import ScaledClock, WallClock

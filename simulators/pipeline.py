@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from edge_agent.config import AgentConfig
-from edge_agent.mechanisms import DEFAULT_MECHANISM
-from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
+from rase_device.mechanisms import DEFAULT_MECHANISM
+from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 from edge_agent.service import AgentService
 from fog_shuffler.config import FogConfig
 from fog_shuffler.service import FogService

@@ -48,7 +48,7 @@ def windowed_truth(truth: np.ndarray, w: int) -> np.ndarray:
 def why_wide(n: float, eps: float, x_range: float, half_width: float, truth: float, mechanism_name: str = "br") -> str:
     """Words for a per-timestamp panel: where the width comes from (the
     mechanism's exact per-report sd at the true mean, from the registry)."""
-    from edge_agent.randomizer import Calibration
+    from rase_device.randomizer import Calibration
     from rase_common.mechanisms import Setting, mechanism
 
     setting = Setting.of(Calibration(x_min=0.0, x_max=x_range))

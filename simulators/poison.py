@@ -4,7 +4,7 @@ before and after the fog's attacker detection.
 The fog's rules are simulated directly (no brokers), with the real classes:
 every report goes through the fog's ingest check (fog_shuffler.ingest,
 the mechanism's exact output set) and the fog's detector
-(fog_shuffler.detection.Detector); the estimates are the registry's
+(fog_shuffler.screen.detection.Detector); the estimates are the registry's
 (`mechanism(kind).estimate`, what the fusion center publishes as `mean`).
 
 Readings are the bundled REFIT houses, cloned (each clone shifted by an
@@ -33,8 +33,8 @@ from typing import Callable
 
 import numpy as np
 
-from edge_agent.mechanisms import MEAN_MECHANISMS
-from fog_shuffler.detection import Detector
+from rase_device.mechanisms import MEAN_MECHANISMS
+from fog_shuffler.screen.detection import Detector
 from fog_shuffler.ingest import IngestRules, y_rejection
 from rase_common.mechanisms import Setting, mechanism
 from rase_common.mechanisms.br import is_clamped

@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_agent.randomizer import Calibration
+from rase_device.randomizer import Calibration
 from rase_common.protocol.prio3 import Prio3Params
 from rase_common.secagg import write_keys
 
@@ -52,7 +52,7 @@ class Prio3Setup:
 
 
 
-def accelerate(core) -> None:  # noqa: ANN001 - an edge_agent.core.AgentCore
+def accelerate(core) -> None:  # noqa: ANN001 - an rase_device.core.AgentCore
     """Let a simulated device's Prio3 client make its reports with the CPython
     fast client (same bytes for the same randomness, about 10x faster)."""
     from rase_common.vdaf.fast_client import fast_make_report

@@ -3,7 +3,7 @@ which has real sockets, TLS (mbedTLS), big integers and os.urandom, like the
 ESP32 and RP2 ports. `make test` installs it into the venv.
 
 The device core is copied into a fresh directory that becomes the port's
-MICROPYPATH, so a snippet imports `edge_agent.<module>` as a board does.
+MICROPYPATH, so a snippet imports `rase_device.<module>` as a board does.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ def micropython_unix() -> Path:
 
 
 def stage_device_core(root: Path, files: dict[str, str | bytes] | None = None) -> Path:
-    """Write the device core to root/edge_agent (and any extra files, by path
+    """Write the device core to root/rase_device (and any extra files, by path
     relative to root); return root, ready to be a MICROPYPATH entry."""
-    pkg = root / "edge_agent"
+    pkg = root / "rase_device"
     pkg.mkdir(parents=True, exist_ok=True)
     for name, text in device_core_sources().items():
         (pkg / name).write_text(text)

@@ -3,7 +3,7 @@
 The npm package @micropython/micropython-webassembly-pyscript is installed by
 `make test` into .tools/micropython (or point RASE_MICROPYTHON_MJS at its
 micropython.mjs). The edge agent's device core is copied into the board's
-/lib so snippets can `import edge_agent.randomizer` as on a real board.
+/lib so snippets can `import rase_device.randomizer` as on a real board.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def run_micropython(snippets: list[str], *, with_agent: bool = True,
     vfs = {}
     if with_agent:
         for name, text in device_core_sources().items():
-            vfs[f"/lib/edge_agent/{name}"] = text
+            vfs[f"/lib/rase_device/{name}"] = text
     vfs.update(files or {})
     spec = {"mjs": str(micropython_mjs()), "files": vfs, "snippets": snippets, "heapsize": heapsize,
             "binfiles": {p: base64.b64encode(b).decode() for p, b in (binfiles or {}).items()}}

@@ -3,7 +3,7 @@
 A mechanism (one module of this package, one line of `registry.MECHANISMS`)
 has, reachable from its registry entry:
 - `randomizer(setting, bits=None)`: its device randomizer (the MicroPython
-  class in the device core, named in edge_agent.mechanisms.RANDOMIZERS);
+  class in the device core, named in rase_device.mechanisms.RANDOMIZERS);
 - `support(setting, eps)`: the exact set of reports it can output at eps, as a
   `Support` whose `reason(y)` is None for an output and an ingest reason
   otherwise (the fog's check);
@@ -26,8 +26,8 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-from edge_agent.randomizer import Calibration
-from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
+from rase_device.randomizer import Calibration
+from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 
 # Ingest reasons a Support gives (fog_shuffler.ingest.REASONS holds them).
 IMPOSSIBLE = "impossible_y"    # not a report the mechanism can output at this eps
@@ -130,11 +130,11 @@ class Mechanism:
     """The server half of one mechanism (module docstring: what it provides)."""
     name: str = ""
     output: str = ""               # what aggregates publish: "mean", "count" or "frequencies"
-    # The paper's estimators published beside the mechanism's own ("bs", "se", "mle"; fusion_center.merge).
+    # The paper's estimators published beside the mechanism's own ("bs", "se", "mle"; fusion_center.ldp.merge).
     extras: tuple[str, ...] = ()
 
     def randomizer(self, setting: Setting, bits=None):
-        from edge_agent.mechanisms import make_randomizer
+        from rase_device.mechanisms import make_randomizer
 
         return make_randomizer(self.name, setting.calibration, bits, setting.on_above, list(setting.bands))
 

@@ -1,5 +1,5 @@
 """On/off reports by randomized response (shuffle-DP lecture notes, seed 002;
-device: edge_agent.binary_rr.OnOffRandomizer).
+device: rase_device.binary_rr.OnOffRandomizer).
 
 A device is on when its reading is above on_above. With probability p (the
 device's rational flip_fraction(eps) / 2^20) the report is a uniform bit,
@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from edge_agent.binary_rr import DEFAULT_DEN, flip_fraction
+from rase_device.binary_rr import DEFAULT_DEN, flip_fraction
 from rase_common.mechanisms.base import Estimate, Estimates, Mechanism, Setting, z_quantile
 from rase_common.mechanisms.intervals import bonferroni, per_level, two_binomial_sterne
 from rase_common.mechanisms.support import ExactSupport

@@ -1,5 +1,5 @@
 """What Duchi, Piecewise and Hybrid share: a reading clipped to [x_min, x_max]
-and randomly rounded to the K + 1 points of edge_agent.ldp_rational.BoundedGrid,
+and randomly rounded to the K + 1 points of rase_device.ldp_rational.BoundedGrid,
 then a report that is unbiased for that grid point.
 
 For each of them the exact per-report variance at grid index k is quadratic,
@@ -15,8 +15,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from edge_agent.ldp_rational import BoundedGrid
-from edge_agent.randomizer import Calibration
+from rase_device.ldp_rational import BoundedGrid
+from rase_device.randomizer import Calibration
 from rase_common.mechanisms.base import FLOAT_TOLERANCE, Estimate, Estimates, Mechanism, Setting, z_quantile
 from rase_common.mechanisms.intervals import (accepted_hull, bonferroni, per_level, reports_of, score_interval,
                                                split_variance_bound)

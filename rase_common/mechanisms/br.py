@@ -1,5 +1,5 @@
 """BR, the paper's budget-aware clamped Laplace randomizer (RASE Alg. 1;
-device: edge_agent.randomizer.BudgetRandomizer).
+device: rase_device.randomizer.BudgetRandomizer).
 
 The reading is clipped and rounded to the nearest grid point k (x_min + k
 gamma, k in [0, K]); the report is k + Z grid steps, Z discrete Laplace with
@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from edge_agent.randomizer import Calibration, laplace_noise
+from rase_device.randomizer import Calibration, laplace_noise
 from rase_common.mechanisms.base import IMPLAUSIBLE, Estimate, Estimates, Mechanism, Setting, z_quantile
 from rase_common.mechanisms.intervals import reports_of, score_interval, split_variance_bound
 from rase_common.mechanisms.support import GridSupport, PointsSupport, UnionSupport
@@ -44,7 +44,7 @@ def noise_q(cal: Calibration, eps: float) -> float:
 
 
 def is_clamped(cal: Calibration, eps: float) -> bool:
-    """The device clamps below eps_star (edge_agent.randomizer.BudgetRandomizer.randomize)."""
+    """The device clamps below eps_star (rase_device.randomizer.BudgetRandomizer.randomize)."""
     return eps < cal.eps_star
 
 

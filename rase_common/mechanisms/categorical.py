@@ -1,4 +1,4 @@
-"""Load bands by kRR or OUE (device: edge_agent.categorical.BandRandomizer).
+"""Load bands by kRR or OUE (device: rase_device.categorical.BandRandomizer).
 
 The reading's band j (how many of the `bands` edges it is above; k = edges + 1
 bands) is reported by k-ary randomized response or optimized unary encoding,
@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from edge_agent.categorical import DEFAULT_DEN, choose_oracle, krr_keep_fraction, oue_flip_fraction
+from rase_device.categorical import DEFAULT_DEN, choose_oracle, krr_keep_fraction, oue_flip_fraction
 from rase_common.mechanisms.base import Estimate, Estimates, Mechanism, Setting, z_quantile
 from rase_common.mechanisms.intervals import (bonferroni, per_level, score_interval, split_variance_bound,
                                                two_binomial_sterne)
@@ -156,7 +156,7 @@ def frequency_variance(oracle_name: str, k: int, eps: float, n: int = 1) -> floa
 
 
 def band_of(x, bands) -> np.ndarray:
-    """edge_agent.categorical.band_of, vectorised: how many edges x is above."""
+    """rase_device.categorical.band_of, vectorised: how many edges x is above."""
     return np.searchsorted(np.asarray(bands, dtype=np.float64), np.asarray(x, dtype=np.float64), side="left")
 
 

@@ -1,4 +1,4 @@
-"""Duchi, Jordan and Wainwright's one-bit mechanism (device: edge_agent.duchi).
+"""Duchi, Jordan and Wainwright's one-bit mechanism (device: rase_device.duchi).
 
 Report center +- half * C, C = (a + b) / (a - b) with a/b <= e^eps the
 device's rational bound; P(+C | k) = (k/K) a/(a+b) + (1 - k/K) b/(a+b), so
@@ -18,8 +18,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from edge_agent.duchi import DuchiParams
-from edge_agent.randomizer import Calibration
+from rase_device.duchi import DuchiParams
+from rase_device.randomizer import Calibration
 from rase_common.mechanisms.base import Estimate
 from rase_common.mechanisms.bounded import BoundedMechanism, center_half, interval_variance
 from rase_common.mechanisms.intervals import STERNE_MAX_N, binomial_sterne
@@ -69,7 +69,7 @@ class Duchi(BoundedMechanism):
         return {0: 1 - up, 1: up}
 
     def device_values(self, cal: Calibration, eps: float) -> np.ndarray:
-        # As edge_agent.duchi.DuchiRandomizer.params computes them.
+        # As rase_device.duchi.DuchiRandomizer.params computes them.
         p = params(eps)
         center, half = (cal.x_min + cal.x_max) / 2.0, (cal.x_max - cal.x_min) / 2.0
         mag = half * p.ab / (p.a - p.b)

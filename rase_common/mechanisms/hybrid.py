@@ -1,4 +1,4 @@
-"""Wang et al.'s Hybrid mechanism (device: edge_agent.piecewise.HybridRandomizer):
+"""Wang et al.'s Hybrid mechanism (device: rase_device.piecewise.HybridRandomizer):
 with the input-independent probability alpha = 1 - sb/sa (sa/sb <= e^(eps/2);
 0 below eps* = 0.61) discrete PM at eps, else Duchi at eps. Outputs j < N are
 PM's, N and N + 1 Duchi's -C and +C. Var = alpha E_PM[T^2] + (1 - alpha) C^2 - t^2."""
@@ -10,8 +10,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from edge_agent.piecewise import HybridParams
-from edge_agent.randomizer import Calibration
+from rase_device.piecewise import HybridParams
+from rase_device.randomizer import Calibration
 from rase_common.mechanisms import duchi, piecewise
 from rase_common.mechanisms.bounded import BoundedMechanism, center_half
 from rase_common.mechanisms.support import UnionSupport

@@ -1,4 +1,4 @@
-"""Wang et al.'s Piecewise mechanism, discretized (device: edge_agent.piecewise).
+"""Wang et al.'s Piecewise mechanism, discretized (device: rase_device.piecewise).
 
 Outputs j = 0..N-1 (N = K + L), report center + half * w (2j - N + 1) / 2,
 w = 2 D / ((a - b) L K), D = L a + K b; input k's window j = k..k+L-1 has
@@ -15,8 +15,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from edge_agent.piecewise import PiecewiseParams
-from edge_agent.randomizer import Calibration
+from rase_device.piecewise import PiecewiseParams
+from rase_device.randomizer import Calibration
 from rase_common.mechanisms.bounded import BoundedMechanism, center_half
 from rase_common.mechanisms.support import GridSupport
 
@@ -54,7 +54,7 @@ def pm_quadratic(eps: float, cal: Calibration) -> tuple[Fraction, Fraction]:
 
 
 def device_step(cal: Calibration, eps: float) -> float:
-    """The device's output step (edge_agent.piecewise.PiecewiseRandomizer.params)."""
+    """The device's output step (rase_device.piecewise.PiecewiseRandomizer.params)."""
     p = params(eps, cal.grid_max)
     return (cal.x_max - cal.x_min) / 2.0 * p.den / ((p.a - p.b) * p.window * p.k_max)
 

@@ -1,5 +1,5 @@
 """What an honest device's reports can look like, per mechanism: the fog's
-attacker detection (fog_shuffler.detection) tests each device against it.
+attacker detection (fog_shuffler.screen.detection) tests each device against it.
 
 A `PlausibilityTest` is one side of one report statistic (the debiased
 report above x_max, below x_min, a band named more often than any reading

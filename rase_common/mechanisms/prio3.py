@@ -24,7 +24,7 @@ smallest integer such that P(|Z| <= c) >= level, covers S with probability
 leaders) sum the negative-binomial representation exactly.
 
 Where the registry's interface does not fit: there is no local randomizer
-(the device's Prio3Client seals exact readings: edge_agent.secagg), no support
+(the device's Prio3Client seals exact readings: rase_device.secagg), no support
 check on a value (a Prio3 report is checked by its proof: every plain value
 is impossible here), and no per-report estimator (estimate_total works on the
 noisy total). `simulate_total` is the vectorised "sampler" evaluations use.
@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_agent.dlaplace import DiscreteLaplace
-from edge_agent.entropy import RandomBits
-from edge_agent.randomizer import EPS_UNITS, eps_units_floor
+from rase_device.dlaplace import DiscreteLaplace
+from rase_device.entropy import RandomBits
+from rase_device.randomizer import EPS_UNITS, eps_units_floor
 from rase_common.mechanisms.base import IMPOSSIBLE, Estimate, Estimates, Mechanism, Setting, Support
 
 MEANING = {
@@ -221,7 +221,7 @@ class Prio3Mechanism(Mechanism):
     outputs = {"sum": "mean", "count": "count", "histogram": "frequencies"}
 
     def randomizer(self, setting: Setting, bits=None):
-        raise ValueError("prio3 has no local randomizer: a device's Prio3Client (edge_agent.secagg) is built from "
+        raise ValueError("prio3 has no local randomizer: a device's Prio3Client (rase_device.secagg) is built from "
                          "the control message and its pinned helper key")
 
     def support(self, setting: Setting, eps: float) -> Support:

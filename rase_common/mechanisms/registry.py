@@ -1,13 +1,13 @@
 """The mechanism registry: name -> the server half of each mechanism.
 
-Adding a mechanism: its device randomizer module (edge_agent) and one row of
-edge_agent.mechanisms.RANDOMIZERS, one module of this package, and one line
+Adding a mechanism: its device randomizer module (rase_device) and one row of
+rase_device.mechanisms.RANDOMIZERS, one module of this package, and one line
 here. tests/unit/rase_common/test_mechanism_registry.py checks that this
 table and the device's agree (names, order, default, randomizer classes)."""
 
 from __future__ import annotations
 
-from edge_agent.mechanisms import DEFAULT_MECHANISM
+from rase_device.mechanisms import DEFAULT_MECHANISM
 from rase_common.mechanisms.base import Mechanism
 from rase_common.mechanisms.binary import BINARY
 from rase_common.mechanisms.br import BR_MECHANISM
@@ -28,7 +28,7 @@ REGISTRY: dict[str, Mechanism] = {
 MECHANISMS = tuple(REGISTRY)
 MEAN_MECHANISMS = tuple(name for name, m in REGISTRY.items() if m.output == "mean")
 # Secure aggregation (issue 20): central noise on an exact secret-shared sum. Not a
-# device randomizer (the device's side is edge_agent.secagg), so not in MECHANISMS.
+# device randomizer (the device's side is rase_device.secagg), so not in MECHANISMS.
 SECURE: dict[str, Mechanism] = {"prio3": PRIO3}
 
 

@@ -9,5 +9,5 @@ and consumers validate with it:
 - topics:    every topic string
 
 The device core cannot import pydantic: it writes reports and reads control
-messages with edge_agent.wire, and tests check wire against these models.
+messages with rase_device.wire, and tests check wire against these models.
 Import the submodules directly; nothing is imported here."""

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edge_agent.mechanisms import DEFAULT_MECHANISM
+from rase_device.mechanisms import DEFAULT_MECHANISM
 from rase_common.protocol.prio3 import Prio3Summary
 
 

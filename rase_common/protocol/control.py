@@ -1,7 +1,7 @@
 """The control message: rase/v1/control/precision (retained), published by
 the fusion center. It is the one source of truth for the protocol parameters
 (period, epoch0, range, grid, eps menu, mechanism): devices calibrate against
-it (they parse it on the device with edge_agent.wire.parse_control, tested
+it (they parse it on the device with rase_device.wire.parse_control, tested
 against this model) and the fog follows it."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edge_agent.mechanisms import ALL_MECHANISMS, DEFAULT_MECHANISM, check_mechanism
+from rase_device.mechanisms import ALL_MECHANISMS, DEFAULT_MECHANISM, check_mechanism
 from rase_common.protocol.prio3 import Prio3Params
-from edge_agent.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
-from edge_agent.policy import LocalPolicy
-from edge_agent.randomizer import Calibration, check_finite
-from edge_agent.schedule import Schedule
+from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
+from rase_device.policy import LocalPolicy
+from rase_device.randomizer import Calibration, check_finite
+from rase_device.schedule import Schedule
 
 
 class ControlMessage(BaseModel):
@@ -29,13 +29,13 @@ class ControlMessage(BaseModel):
     gamma: float = 1.0
     period_s: float = Field(8.0, gt=0)
     epoch0: float = 0.0
-    # A change of schedule (edge_agent.schedule): this one applies from t =
+    # A change of schedule (rase_device.schedule): this one applies from t =
     # since_t on, the previous one before; t runs on without a gap.
     since_t: int | None = Field(None, ge=0)
     previous_period_s: float | None = Field(None, gt=0)
     previous_epoch0: float | None = None
     eps_levels: list[float] = [1.0]
-    # The device mechanism of the whole deployment (edge_agent.mechanisms):
+    # The device mechanism of the whole deployment (rase_device.mechanisms):
     # "duchi" (the default), "br" (the paper's BR), "piecewise", "hybrid" for the
     # mean; "binary" (on when the reading > on_above; randomized response) and
     # "categorical" (the reading's band among the `bands` edges; kRR or OUE).
@@ -93,7 +93,7 @@ class ControlMessage(BaseModel):
 
 
 class ControlPolicy(BaseModel):
-    """A receiver's local policy over the control message (edge_agent.policy,
+    """A receiver's local policy over the control message (rase_device.policy,
     the one set of rules): a control message outside these bounds is refused
     whole, and the receiver keeps its parameters. Devices use it as `[policy]`
     (they also never use an eps level above their own `eps`), the fog as
@@ -130,7 +130,7 @@ class ControlPolicy(BaseModel):
 
 
 def _check_prio3(msg: ControlMessage, grid_steps: int) -> None:
-    """The same rules as the device's parser (edge_agent.wire.parse_control) and Prio3Client."""
+    """The same rules as the device's parser (rase_device.wire.parse_control) and Prio3Client."""
     p = msg.prio3
     if msg.eps_levels != [p.dp_eps]:
         raise ValueError(f"eps_levels must be [prio3.dp_eps] = [{p.dp_eps}] when mechanism is prio3")

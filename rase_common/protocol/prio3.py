@@ -33,9 +33,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
-from edge_agent import wire
-from edge_agent.prio3 import NONCE_SIZE, Prio3
-from edge_agent.secagg import chunk_length, make_vdaf, product_period_s
+from rase_device import wire
+from rase_device.prio3 import NONCE_SIZE, Prio3
+from rase_device.secagg import chunk_length, make_vdaf, product_period_s
 
 PRIO3_TYPES = ("prio3_batch", "prio3_verify", "prio3_share")
 MAX_REPORTS = 10_000_000
@@ -48,7 +48,7 @@ Region = Field(min_length=1, max_length=64, pattern=r"^[^/+#\s]+$")
 
 class Prio3Params(BaseModel):
     """The control message's `prio3` object (parsed on the device by
-    edge_agent.wire.parse_prio3, tested against this model)."""
+    rase_device.wire.parse_prio3, tested against this model)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["sum", "count", "histogram"] = "sum"
     product: Literal["per-t", "hourly", "daily"] = "per-t"
@@ -243,7 +243,7 @@ def is_prio3_message(payload: bytes) -> bool:
 
 class Prio3Report(BaseModel):
     """A device's Prio3 report on rase/v1/reports/{region}/{device} (the
-    device writes it with edge_agent.secagg.encode_report)."""
+    device writes it with rase_device.secagg.encode_report)."""
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     v: Literal[1]
     t: StrictInt = Field(ge=0)

@@ -1,5 +1,5 @@
 """The messages the edge agent produces (SPEC 3): reports and its retained
-status. The device writes them with edge_agent.wire (MicroPython has no
+status. The device writes them with rase_device.wire (MicroPython has no
 pydantic); consumers (the fog, tools) validate with these models."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Annotated, Literal, Union
 import msgspec
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, StrictInt
 
-from edge_agent.wire import STATES, VERSION
+from rase_device.wire import STATES, VERSION
 
 MAX_REPORT_BYTES = 256
 

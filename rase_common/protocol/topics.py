@@ -1,10 +1,10 @@
 """Every MQTT topic of the protocol (SPEC 3), defined once. The device core
-builds its own two topics with edge_agent.wire (MicroPython has no access to
+builds its own two topics with rase_device.wire (MicroPython has no access to
 this package); they are imported from there, not written twice."""
 
 from __future__ import annotations
 
-from edge_agent.wire import CONTROL_TOPIC, feedback_topic, report_topic, status_topic
+from rase_device.wire import CONTROL_TOPIC, feedback_topic, report_topic, status_topic
 
 REPORTS_PREFIX = "rase/v1/reports/"
 WINDOWS_PREFIX = "rase/v1/windows/"

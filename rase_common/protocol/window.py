@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator, model_validator
 
-from edge_agent.mechanisms import DEFAULT_MECHANISM, check_mechanism
+from rase_device.mechanisms import DEFAULT_MECHANISM, check_mechanism
 from rase_common.protocol.topics import windows_topic
 
 WINDOW_VERSION = 2
@@ -54,7 +54,7 @@ class LevelBatch(BaseModel):
     each shuffled uniformly)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     eps: StrictFloat | StrictInt = Field(ge=MIN_EPS, le=MAX_EPS)
-    # The device mechanism the fog checked these reports against (edge_agent.mechanisms): what they are.
+    # The device mechanism the fog checked these reports against (rase_device.mechanisms): what they are.
     kind: str = DEFAULT_MECHANISM
     values: list[StrictFloat | StrictInt] = Field(min_length=1, max_length=MAX_WINDOW_REPORTS)
     mechanism: Literal["mallows", "uniform", "buds"]

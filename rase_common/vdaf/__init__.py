@@ -1,9 +1,9 @@
 """Prio3 (draft-irtf-cfrg-vdaf) for the aggregators, vectorized over a batch,
 and HPKE for the helper's input shares. The client side and the encodings are
-the device core's (edge_agent.prio3, edge_agent.prio3_report); docs/api.md
+the device core's (rase_device.prio3, rase_device.prio3_report); docs/api.md
 shows the whole flow."""
 
-from edge_agent.prio3 import Prio3, prio3_count, prio3_histogram, prio3_sum
+from rase_device.prio3 import Prio3, prio3_count, prio3_histogram, prio3_sum
 from rase_common.vdaf.aggregator import Prio3Aggregator
 from rase_common.vdaf.batch import (Rejection, VerifyState, aggregate, merge, verifier_shares_to_message,
                                     verify_init, verify_next)

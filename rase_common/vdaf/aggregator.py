@@ -19,7 +19,7 @@ from collections.abc import Container, Sequence
 
 import numpy as np
 
-from edge_agent.prio3 import Prio3
+from rase_device.prio3 import Prio3
 from rase_common.vdaf import batch
 from rase_common.vdaf.batch import Rejection
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_agent import prio3 as p3
+from rase_device import prio3 as p3
 from rase_common.vdaf import flp, xof
 from rase_common.vdaf.field import vector_field
 

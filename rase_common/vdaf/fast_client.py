@@ -1,6 +1,6 @@
 """A CPython client for simulations and load generators (replays of
 thousands of devices, benchmarks): byte for byte the device core's Prio3
-reports (edge_agent.prio3, edge_agent.prio3_report), with TurboSHAKE128 from
+reports (rase_device.prio3, rase_device.prio3_report), with TurboSHAKE128 from
 xoflib and HPKE sealing from `cryptography` instead of pure Python (about 10x
 faster). tests/unit/rase_common/test_fast_client.py checks that its shards
 equal the device's for the same randomness. Devices never use it.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from xoflib import turbo_shake128
 
-from edge_agent import prio3 as p3
-from edge_agent.prio3_report import helper_share_info
-from edge_agent.turboshake import xof_message
+from rase_device import prio3 as p3
+from rase_device.prio3_report import helper_share_info
+from rase_device.turboshake import xof_message
 from rase_common.vdaf.hpke import seal
 
 
@@ -66,7 +66,7 @@ class FastPrio3(p3.Prio3):
 
 
 def fast_make_report(vdaf: p3.Prio3, ctx: bytes, measurement: int, helper_public_key: bytes, read=None):  # noqa: ANN001
-    """edge_agent.prio3_report.make_report's report, with FastPrio3 and cryptography's HPKE."""
+    """rase_device.prio3_report.make_report's report, with FastPrio3 and cryptography's HPKE."""
     import os
 
     read = read or os.urandom

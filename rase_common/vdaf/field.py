@@ -2,8 +2,8 @@
 
 One field "element" here is an array holding that element for every report of
 the batch (reports on the last axis); the op names match
-edge_agent.vdaf_field.Field (const, add, sub, mul), so the validity circuits
-of edge_agent.flp run unchanged over batches. A "rows" array stacks k
+rase_device.vdaf_field.Field (const, add, sub, mul), so the validity circuits
+of rase_device.flp run unchanged over batches. A "rows" array stacks k
 elements on a new first axis.
 
 - Field64 (p = 2**64 - 2**32 + 1) lives in numpy uint64 arrays, canonical. A
@@ -27,7 +27,7 @@ import threading
 
 import numpy as np
 
-from edge_agent.vdaf_field import FIELD64, FIELD128, Field
+from rase_device.vdaf_field import FIELD64, FIELD128, Field
 
 U64 = np.uint64
 _M32 = U64(0xFFFFFFFF)
@@ -337,5 +337,5 @@ _VEC = {FIELD64.name: VecField64(), FIELD128.name: VecField128()}
 
 
 def vector_field(field: Field):
-    """The batch field for a scalar field of edge_agent.vdaf_field."""
+    """The batch field for a scalar field of rase_device.vdaf_field."""
     return _VEC[field.name]

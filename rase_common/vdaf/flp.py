@@ -1,6 +1,6 @@
 """The FLP's verifier side (query and decide of draft-irtf-cfrg-vdaf) over a
 batch: every value below is an array with one entry per report, and the
-validity circuit is edge_agent.flp's own, run over a vector field.
+validity circuit is rase_device.flp's own, run over a vector field.
 
 Linear maps that depend only on the circuit (extending a gadget polynomial's
 values to a power of two, doubling them) are computed once with the scalar
@@ -16,8 +16,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from edge_agent.flp import gadget_poly_len, wire_poly_len
-from edge_agent.vdaf_field import Field, log2_exact, next_power_of_2
+from rase_device.flp import gadget_poly_len, wire_poly_len
+from rase_device.vdaf_field import Field, log2_exact, next_power_of_2
 
 
 @lru_cache(maxsize=None)

@@ -1,9 +1,9 @@
 """HPKE on the server, from `cryptography` (its hpke module, RFC 9180 single
 shot): DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, ChaCha20-Poly1305, base mode,
-the suite the device seals with (edge_agent.hpke). A sealed message is
+the suite the device seals with (rase_device.hpke). A sealed message is
 enc (32 bytes) || ciphertext, the same layout on both sides; the AAD is empty
 and the binding to the report travels in `info`
-(edge_agent.prio3_report.helper_share_info).
+(rase_device.prio3_report.helper_share_info).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 
-from edge_agent.prio3_report import helper_share_info
+from rase_device.prio3_report import helper_share_info
 
 SUITE = Suite(KEM.X25519, KDF.HKDF_SHA256, AEAD.CHACHA20_POLY1305)
 _RAW = (serialization.Encoding.Raw, serialization.PublicFormat.Raw)

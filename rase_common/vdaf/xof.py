@@ -4,7 +4,7 @@ six short XOF calls per aggregator, and measured here one call (60-byte input,
 128 bytes out) costs 1.1 us with xoflib against 7.6 us with pycryptodome's
 TurboSHAKE128, which made the Python-side call overhead most of verify_init.
 
-The message layout is edge_agent.turboshake.xof_message, shared with the
+The message layout is rase_device.turboshake.xof_message, shared with the
 device. Expanding into field elements reads exactly length * ENCODED_SIZE
 bytes per report and decodes them all at once; the rare report whose stream
 holds an element at or above the modulus (probability about 2**-32 per
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 from xoflib import turbo_shake128
 
-from edge_agent.turboshake import xof_message
-from edge_agent.vdaf_field import next_power_of_2
+from rase_device.turboshake import xof_message
+from rase_device.vdaf_field import next_power_of_2
 
 SEED_SIZE = 32
 

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_agent import wire
+from rase_device import wire
 from simulators.faults.children import die_with_parent
 from simulators.loadgen import connect, publish_packet
 

@@ -1,5 +1,5 @@
 """What the secure-aggregation integration tests share: a deployment's keys and
-configs, devices that are real device cores (edge_agent.core.AgentCore with
+configs, devices that are real device cores (rase_device.core.AgentCore with
 its pure-Python Prio3 client and HPKE), a forged report, and a publisher that
 records which reports the broker acknowledged."""
 
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
-from edge_agent.core import AgentCore
-from edge_agent.ledger import BudgetLedger
-from edge_agent.policy import LocalPolicy
-from edge_agent.prio3_report import helper_share_info
-from edge_agent.randomizer import Calibration
-from edge_agent.secagg import encode_report, report_ctx
-from edge_agent import hpke
+from rase_device.core import AgentCore
+from rase_device.ledger import BudgetLedger
+from rase_device.policy import LocalPolicy
+from rase_device.prio3_report import helper_share_info
+from rase_device.randomizer import Calibration
+from rase_device.secagg import encode_report, report_ctx
+from rase_device import hpke
 from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.prio3 import Prio3Params
 from rase_common.secagg import write_keys

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from edge_agent.randomizer import Calibration
+from rase_device.randomizer import Calibration
 from rase_common.protocol.report import Report
 from rase_common.mechanisms import mechanism
 from rase_common.protocol.control import ControlMessage

@@ -15,7 +15,7 @@ import types
 
 import pytest
 
-from edge_agent import board
+from rase_device import board
 from tests.mqtt_helpers import Recorder
 
 pytestmark = pytest.mark.integration

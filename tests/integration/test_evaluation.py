@@ -46,7 +46,7 @@ def test_replay_errors_agree_with_eval_utility(tmp_path):
         true_mean = np.nanmean(x, axis=0)
         rows = {json.loads(line)["t"]: json.loads(line) for line in lines[1:]}
         assert len(rows) == n_t
-        # 27 devices: no bootstrap (published from 100 reports of a level, fusion_center.merge.BS_MIN_REPORTS)
+        # 27 devices: no bootstrap (published from 100 reports of a level, fusion_center.ldp.merge.BS_MIN_REPORTS)
         assert all("bs" not in r["estimates"] for r in rows.values())
         for k in ("mean", "se", "mle"):
             err = np.array([rows[t]["estimates"][k]["value"] - true_mean[t - t0] for t in sorted(rows)])

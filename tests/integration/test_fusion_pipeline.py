@@ -76,7 +76,7 @@ def test_end_to_end_aggregates_and_precision_broadcast(mosquitto, tmp_path):
         ys = by_t[a.t]
         assert a.estimates["se"].value == pytest.approx(np.mean(ys))          # computed on exactly those reports
         assert a.estimates["mle"].value == pytest.approx(np.median(ys))       # equal lambdas: plain median
-        # 18 reports: no bootstrap (published from 100 reports of a level, fusion_center.merge.BS_MIN_REPORTS);
+        # 18 reports: no bootstrap (published from 100 reports of a level, fusion_center.ldp.merge.BS_MIN_REPORTS);
         # the mean's interval is the clamped BR score interval, within the range.
         assert "bs" not in a.estimates
         lo, hi = a.estimates["mean"].ci

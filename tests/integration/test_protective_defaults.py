@@ -6,7 +6,7 @@ is within 1.5x of chance, while the papers' alpha = 30 is far above it
 import pytest
 
 from fog_shuffler.config import ShufflerConfig
-from fog_shuffler.robust_shuffler import PAPER_ALPHA, PAPER_DELTA_MAX_FACTOR
+from fog_shuffler.shuffle.robust_shuffler import PAPER_ALPHA, PAPER_DELTA_MAX_FACTOR
 from simulators.attack import attack_scenario, prepare_attack
 from simulators.refit import bundled_dir
 

@@ -96,7 +96,7 @@ def test_the_published_total_is_the_exact_sum_of_the_accepted_reports_and_a_forg
 def test_with_noise_the_total_is_near_the_truth_and_its_interval_is_the_exact_one(mosquitto, tmp_path):
     """Noise on (the fog's and the fusion center's, from os.urandom): two draws
     of scale 4000 grid steps; the statistics are in the seeded unit tests
-    (tests/unit/fusion_center/test_helper.py), here the published interval is
+    (tests/unit/fusion_center/prio3/test_helper.py), here the published interval is
     the exact one for two draws and the error is within 40 scales (a bound
     that fails with probability below 1e-15)."""
     from rase_common.mechanisms.prio3 import noise_law
@@ -140,7 +140,7 @@ def test_a_real_agent_ignores_a_forged_control_message_with_another_key_id(mosqu
     from rase_common.protocol.prio3 import Prio3Report
     from rase_common.secagg import read_key
     from rase_common.vdaf import open_helper_shares
-    from edge_agent.secagg import report_ctx
+    from rase_device.secagg import report_ctx
     from tests.mqtt_helpers import publish_retained
 
     dep = Deployment(tmp_path, period_s=1.0)

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from fusion_center.home_assistant import discovery_topic
+from fusion_center.announce.home_assistant import discovery_topic
 from rase_common.protocol.aggregate import Aggregate
 from rase_common.protocol.topics import AGGREGATE_LATEST_TOPIC, fusion_status_topic
 from simulators.brokers import Mosquitto
-from tests.unit.fusion_center.test_home_assistant import check_device_discovery
+from tests.unit.fusion_center.announce.test_home_assistant import check_device_discovery
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,7 +150,7 @@ def test_latest_expires(own_mosquitto):
     """Mosquitto drops the retained `latest` once its expiry passed: a dead
     fusion center's last number does not live on."""
     from rase_common.mqtt import publish_properties
-    from fusion_center.home_assistant import aggregate_properties
+    from fusion_center.announce.home_assistant import aggregate_properties
     from tests.mqtt_helpers import started_link
 
     async def publish() -> None:

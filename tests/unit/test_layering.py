@@ -1,10 +1,10 @@
 """Imports go one way (every package pair is checked).
 
-Layers, bottom to top:
-  0  the device core (edge_agent modules in DEVICE_CORE): MicroPython builtins only
-  1  rase_common: what the services share (errors, service skeleton, protocol,
-     mechanisms, transports, storage)
-  2  the services: edge_agent (its CPython modules), fog_shuffler, fusion_center;
+Layers, bottom to top, one top-level folder each:
+  0  rase_device: the device core, MicroPython builtins only
+  1  rase_common: what the services share (errors, service skeleton, roles,
+     protocol, mechanisms, transports, storage)
+  2  the services: edge_agent (the CPython agent), fog_shuffler, fusion_center;
      none imports another
   3  simulators (replays, evaluation)
   4  rase, the CLI, on top of everything
@@ -27,10 +27,11 @@ import pytest
 from edge_agent.flash import DEVICE_CORE
 
 ROOT = Path(__file__).resolve().parents[2]
-DEVICE = "edge_agent:core"          # the device core as a package of its own
+DEVICE = "rase_device"              # the device core
 LAYER = {DEVICE: 0, "rase_common": 1, "edge_agent": 2, "fog_shuffler": 2, "fusion_center": 2, "simulators": 3,
          "rase": 4, "benchmarks": 5, "tests": 6}
-PACKAGES = ("edge_agent", "rase_common", "fog_shuffler", "fusion_center", "simulators", "rase", "benchmarks")
+PACKAGES = ("rase_device", "edge_agent", "rase_common", "fog_shuffler", "fusion_center", "simulators", "rase",
+            "benchmarks")
 MICROPYTHON_MODULES = {"math", "os", "struct", "json", "time", "gc", "sys", "micropython", "umqtt", "network",
                        "ntptime", "machine", "ssl", "socket", "hashlib", "select"}
 CORE_NAMES = {name.removesuffix(".py") for name in DEVICE_CORE}
@@ -48,10 +49,7 @@ def module_name(path: Path) -> str:
 
 def unit_of(module: str) -> str | None:
     """The layering unit a dotted module belongs to (None: not the project's)."""
-    parts = module.split(".")
-    top = parts[0]
-    if top == "edge_agent" and (len(parts) == 1 or parts[1] in CORE_NAMES):
-        return DEVICE
+    top = module.split(".")[0]
     return top if top in LAYER else None
 
 
@@ -70,7 +68,7 @@ def imports_of(path: Path, module: str | None = None) -> list[tuple[str, int]]:
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            # "from edge_agent import wire" imports the module edge_agent.wire
+            # "from rase_device import wire" imports the module rase_device.wire
             out += [(f"{mod}.{a.name}" if is_module(f"{mod}.{a.name}") else mod, node.lineno) for a in node.names]
     return out
 
@@ -108,16 +106,26 @@ def test_no_arrow_runs_upward_or_sideways(pair):
 
 def test_device_core_imports_only_micropython_modules():
     for name in DEVICE_CORE:
-        path = ROOT / "edge_agent" / name
+        path = ROOT / "rase_device" / name
         for mod, line in imports_of(path):
             top = mod.split(".")[0]
             if top == "__future__":
                 continue
-            if top == "edge_agent":
-                assert unit_of(mod) == DEVICE, f"edge_agent/{name}:{line} imports {mod}, outside the device core"
+            if top == "rase_device":
+                assert mod.split(".")[1] in CORE_NAMES, f"rase_device/{name}:{line} imports {mod}, outside the bundle"
             else:
-                assert top in MICROPYTHON_MODULES, f"edge_agent/{name}:{line} imports {mod}"
-                assert top != "hashlib" or name in HASHLIB_USERS, f"edge_agent/{name}:{line} imports hashlib"
+                assert top in MICROPYTHON_MODULES, f"rase_device/{name}:{line} imports {mod}"
+                assert top != "hashlib" or name in HASHLIB_USERS, f"rase_device/{name}:{line} imports hashlib"
+
+
+def test_every_device_core_module_is_micropython_only():
+    """Not only the bundle: every module of rase_device (the naive baseline too) runs on a board."""
+    for path in project_files("rase_device"):
+        if path.name == "manifest.py":
+            continue                       # MicroPython's build reads it; it is not imported
+        for mod, line in imports_of(path):
+            top = mod.split(".")[0]
+            assert top in MICROPYTHON_MODULES | {"rase_device", "__future__"}, f"{path.name}:{line} imports {mod}"
 
 
 def module_graph(package: str) -> dict[str, set[str]]:
@@ -177,7 +185,13 @@ def test_the_distribution_ships_every_package():
 
     spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     found = set(find_packages(str(ROOT), include=spec["include"]))
-    on_disk = {module_name(p.parent) for pkg in ("edge_agent", "fog_shuffler", "fusion_center", "simulators",
+    on_disk = {module_name(p.parent) for pkg in ("rase_device", "edge_agent", "fog_shuffler", "fusion_center", "simulators",
                                                  "rase_common", "rase")
                for p in (ROOT / pkg).rglob("__init__.py")}
     assert on_disk <= found, on_disk - found
+
+
+def test_every_top_level_folder_is_a_layer():
+    """Layers equal folders: each top-level package of the checkout has a layer, and only those."""
+    on_disk = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
+    assert on_disk == set(PACKAGES) - {"benchmarks"}, on_disk ^ (set(PACKAGES) - {"benchmarks"})

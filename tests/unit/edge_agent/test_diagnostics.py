@@ -4,10 +4,10 @@ the same state together, and the fog's feedback once per reason."""
 import json
 import logging
 
-from edge_agent.core import AgentCore
+from rase_device.core import AgentCore
 from edge_agent.diagnostics import FeedbackWatch, StatusWatch, problem_line
-from edge_agent.ledger import BudgetLedger
-from edge_agent.randomizer import Calibration
+from rase_device.ledger import BudgetLedger
+from rase_device.randomizer import Calibration
 from rase_common.protocol.control import ControlMessage
 
 

@@ -21,11 +21,11 @@ def bundle(tmp_path_factory, umqtt_simple_py):
 
 def test_bundle_has_everything_a_board_needs(bundle):
     names = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()}
-    assert {f"lib/edge_agent/{n[:-3]}.mpy" for n in DEVICE_CORE} <= names
+    assert {f"lib/rase_device/{n[:-3]}.mpy" for n in DEVICE_CORE} <= names
     assert {"lib/umqtt/simple.mpy", "rase_config.json", "main.py", "sensor.py"} <= names
     cfg = json.loads((bundle / "rase_config.json").read_text())
     assert cfg["device"] == "h1a1" and cfg["calibration"]["x_max"] == 4000.0
-    assert not any(n.endswith(".py") and n.startswith("lib/edge_agent") for n in names)
+    assert not any(n.endswith(".py") and n.startswith("lib/rase_device") for n in names)
 
 
 def test_compiled_bundle_runs_under_micropython(bundle, micropython):
@@ -33,8 +33,8 @@ def test_compiled_bundle_runs_under_micropython(bundle, micropython):
     files = {"/rase_config.json": (bundle / "rase_config.json").read_text()}
     code = """
 import json
-from edge_agent.board import build_core, load_config
-from edge_agent.entropy import RandomBits
+from rase_device.board import build_core, load_config
+from rase_device.entropy import RandomBits
 cfg = load_config('/rase_config.json')
 core = build_core(cfg, bits=RandomBits(read=lambda n: bytes(__import__('jsentropy').urandom(n))))
 core.step(512.0, 1.7e9)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rase_common.protocol.window import WindowMessage
-from fusion_center.merge import aggregate, history_key
+from fusion_center.ldp.merge import aggregate, history_key
 from fusion_center.metrics import FusionMetrics
 from rase_common.protocol.control import ControlMessage
 

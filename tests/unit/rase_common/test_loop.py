@@ -6,7 +6,7 @@ import threading
 import time
 
 from rase_common.clock import ManualClock, ScaledClock
-from edge_agent.schedule import Schedule
+from rase_device.schedule import Schedule
 import pytest
 
 from rase_common import service

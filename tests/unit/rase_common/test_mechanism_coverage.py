@@ -27,7 +27,7 @@ import zlib
 import numpy as np
 import pytest
 
-from edge_agent.entropy import RandomBits
+from rase_device.entropy import RandomBits
 from simulators.coverage import run_cell
 from tests.seeded_bytes import XorShiftBytes
 

@@ -1,13 +1,13 @@
 """The mechanism registry (rase_common.mechanisms): its table agrees with the
-device's (edge_agent.mechanisms), each entry reaches its device randomizer,
+device's (rase_device.mechanisms), each entry reaches its device randomizer,
 and its vectorised sampler draws what that randomizer draws (seeded; p > P_MIN)."""
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from edge_agent import mechanisms as device
-from edge_agent.entropy import RandomBits
+from rase_device import mechanisms as device
+from rase_device.entropy import RandomBits
 from rase_common.mechanisms import DEFAULT_MECHANISM, MEAN_MECHANISMS, MECHANISMS, REGISTRY, Setting, mechanism
 from tests.seeded_bytes import XorShiftBytes
 from tests.stats import P_MIN

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from edge_agent.duchi import DuchiParams
-from edge_agent.entropy import RandomBits
-from edge_agent.piecewise import PiecewiseParams
+from rase_device.duchi import DuchiParams
+from rase_device.entropy import RandomBits
+from rase_device.piecewise import PiecewiseParams
 from rase_common.mechanisms import Setting, mechanism
 from rase_common.mechanisms.base import FLOAT_TOLERANCE, IMPLAUSIBLE, IMPOSSIBLE
 from rase_common.mechanisms.br import REPORT_TAIL, noise_q

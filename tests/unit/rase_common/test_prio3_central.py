@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from edge_agent.entropy import RandomBits
-from edge_agent.prio3 import prio3_count, prio3_sum
-from edge_agent.randomizer import EPS_UNITS
+from rase_device.entropy import RandomBits
+from rase_device.prio3 import prio3_count, prio3_sum
+from rase_device.randomizer import EPS_UNITS
 from rase_common.mechanisms import Setting, mechanism
 from rase_common.mechanisms.prio3 import (NoiseSum, central_noise, draw_noise, estimate_total, measurements,
                                           noise_law, simulate_total)
@@ -91,7 +91,7 @@ def test_the_published_mean_is_unbiased_and_its_interval_covers_95_percent():
     """4,000 windows of 45 readings, each through both aggregators' noise (the
     device sampler, seeded) and the published estimator: bias within 4
     standard errors, coverage of the true mean in [0.93, 0.97] (sd 0.0034)."""
-    from fusion_center.helper_rules import merge_ready
+    from fusion_center.prio3.helper_rules import merge_ready
 
     params = Prio3Params.for_deployment("sum", key_id="k", dp_eps=1.0, grid_steps=4000, bands=[1.0])
     vdaf = prio3_sum(4000)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from edge_agent.prio3 import prio3_count, prio3_histogram, prio3_sum
-from edge_agent.prio3_report import helper_share_info
+from rase_device.prio3 import prio3_count, prio3_histogram, prio3_sum
+from rase_device.prio3_report import helper_share_info
 from rase_common.protocol import prio3 as proto
 from rase_common.protocol.prio3 import (Prio3Params, Prio3Report, Prio3Share, is_prio3_message, nonce_digest, pack,
                                         pack_mask, parse_leader_message, parts_of, unpack, unpack_mask)

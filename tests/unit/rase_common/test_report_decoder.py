@@ -97,7 +97,7 @@ def test_the_fast_decoder_accepts_a_subset_of_report_with_the_same_values(payloa
 
 
 def test_a_device_report_takes_the_fast_path():
-    from edge_agent.wire import encode_report
+    from rase_device.wire import encode_report
 
     for y in (0.0, 12.0, -3.5, 4000.0, 1e-7, 123456.789):
         payload = encode_report(1_700_000_000, y, 0.5, 42).encode()

@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from edge_agent import flp
-from edge_agent.prio3 import prio3_count, prio3_histogram, prio3_sum
-from edge_agent.prio3_report import make_report
+from rase_device import flp
+from rase_device.prio3 import prio3_count, prio3_histogram, prio3_sum
+from rase_device.prio3_report import make_report
 from rase_common.vdaf import Prio3Aggregator, Rejection, batch, generate_keypair, open_helper_shares
 
 CTX = b"rase test"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.prio3 import prio3_count, prio3_histogram, prio3_sum
+from rase_device.prio3 import prio3_count, prio3_histogram, prio3_sum
 from rase_common.vdaf import batch
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vdaf"

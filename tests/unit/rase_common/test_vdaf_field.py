@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_agent.vdaf_field import FIELD64, FIELD128
+from rase_device.vdaf_field import FIELD64, FIELD128
 from rase_common.vdaf import flp
 from rase_common.vdaf.field import LIMB_BOUND, vector_field
 

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from edge_agent.turboshake import derive_seed, expand_into_vec
-from edge_agent.vdaf_field import FIELD64, FIELD128
+from rase_device.turboshake import derive_seed, expand_into_vec
+from rase_device.vdaf_field import FIELD64, FIELD128
 from rase_common.vdaf import xof
 from rase_common.vdaf.field import vector_field
 

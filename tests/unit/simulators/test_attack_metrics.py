@@ -1,7 +1,7 @@
 """The attack's group-level utility: share of reports kept in their house's
 sigma_0 range."""
 
-from fog_shuffler.relationship import RelationshipGraph
+from fog_shuffler.shuffle.relationship import RelationshipGraph
 from simulators.attack import _group_kept
 
 

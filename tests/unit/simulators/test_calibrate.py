@@ -3,7 +3,7 @@ estimates against the recorded readings, and the config write."""
 
 import pytest
 
-from edge_agent.entropy import RandomBits
+from rase_device.entropy import RandomBits
 from fusion_center.config import FusionConfig
 from simulators.calibrate import DEFAULT_EDGES, bucket_of, calibrate, write_x_max
 from simulators.refit import bundled_dir

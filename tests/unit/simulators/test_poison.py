@@ -52,7 +52,7 @@ def test_a_day_of_the_bundled_houses_quarantines_no_honest_device(kind):
     each) through the fog's ingest check and detector at the real
     false-positive rate: no device is quarantined, and the largest CUSUM
     stays well below the threshold."""
-    from fog_shuffler.detection import Detector
+    from fog_shuffler.screen.detection import Detector
     from rase_common.mechanisms import Setting
     from simulators.evaluation import readings_matrix
     from simulators.pipeline import fleet

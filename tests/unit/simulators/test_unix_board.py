@@ -10,7 +10,7 @@ pytestmark = pytest.mark.micropython
 def test_device_core_imports_and_draws_from_the_os_csprng(micropython_unix):
     out = micropython_unix("""
 import sys
-from edge_agent.randomizer import BudgetRandomizer, Calibration
+from rase_device.randomizer import BudgetRandomizer, Calibration
 r = BudgetRandomizer(Calibration(0.5, 0.9, 0.0, 4000.0, 1.0))
 y, clamped = r.randomize(100.0, 1.0)
 print(sys.implementation.name, type(y).__name__, clamped)

@@ -1,0 +1,270 @@
+"""The fusion center as Prio3's helper and collector (secure aggregation,
+issue 20; docs/privacy.md, "Secure aggregation").
+
+Per window (region, t):
+1. the leader's batch parts arrive with the windows (rase/v1/windows/{region}
+   or Kafka) and are stored before they are acknowledged;
+2. once they cover the batch, the helper opens every sealed share (HPKE, its
+   private key), runs verify_init on them, combines its verifier shares with
+   the leader's and checks each proof, and queues its answer (its verifier
+   shares and the reports it accepted) for the leader;
+3. the leader's share arrives: the two accepted masks are intersected, and
+   the window goes on only if the leader summed the same reports (same count
+   and the same digest of their nonces) and at least k_min of them; the
+   helper's aggregate share over them is added to the leader's noisy one.
+   That region total (exact sum + the leader's noise) is stored as ready, in
+   the transaction that forgets the window's shares;
+4. when every known region of t is ready (or the merge deadline passed), the
+   helper adds its own discrete Laplace noise once to the sum of the regions'
+   totals and publishes the aggregate with the accepted n, the rejected count
+   by reason, the estimate and its exact interval under the known noise, the
+   wall-clock time and the privacy unit. Stored once per t (idempotent).
+A window the two cannot finish is dropped with a reason, never published
+half-verified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter as PromCounter
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fusion_center.prio3.helper_rules import Answer, answer_batch, build_aggregate, combine
+from fusion_center.prio3.helper_store import HelperStore
+from rase_common.errors import Outage
+from rase_common.failpoints import crash_point
+from rase_common.kafka import KafkaConfig, KafkaSink
+from rase_common.loop import Wakeup
+from rase_common.mqtt import MqttSink
+from rase_common.outbox import OutboxSender
+from rase_common.protocol import topics
+from rase_common.protocol.aggregate import Aggregate
+from rase_common.protocol.control import ControlMessage
+from rase_common.protocol.prio3 import Prio3Batch, Prio3Params, Prio3Share, parse_leader_message
+from rase_common.secagg import ShareOpener, compute, read_key, tile, work_loop
+
+log = logging.getLogger(__name__)
+LARGE = 2000          # verify in a worker thread above this many reports
+
+
+class Prio3FusionConfig(BaseModel):
+    """The fusion center's `[prio3]` table: it is Prio3's helper and collector."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    private_key_file: Path            # the helper's HPKE private key (64 hex digits): on this host only
+    key_id: str = Field(min_length=1, max_length=64)   # the id devices pinned with its public key
+    verify_key_file: Path             # 64 hex digits shared with the fogs only (Prio3's verify_key)
+    k_min: int = Field(10, ge=1)      # fewest reports both accepted that a region's window may publish
+    answer_deadline_s: float = Field(3600.0, gt=0)   # a batch whose leader share never comes is dropped
+    decrypt_workers: int = Field(2, ge=1, le=64)     # processes opening a large window's sealed shares
+    # Tests only: the helper adds no noise (with the fog's: the published sum is exact).
+    unsafe_no_noise_for_tests: bool = False
+
+
+# -- the helper inside a FusionService ------------------------------------------------------------
+
+class HelperMetrics:
+    def __init__(self, registry: CollectorRegistry):
+        self.windows = PromCounter("rase_fusion_prio3_windows", "Prio3 windows, by outcome (answered, ready, "
+                                   "dropped_<reason>)", ["outcome"], registry=registry)
+        self.rejected = PromCounter("rase_fusion_prio3_reports_rejected", "Prio3 reports rejected, by reason",
+                                    ["reason"], registry=registry)
+
+
+class Prio3Helper:
+    def __init__(self, cfg: Prio3FusionConfig, *, regions: list[str], merge_deadline_s: float,
+                 registry: CollectorRegistry, storage: Outage):
+        self.cfg = cfg
+        self.known = set(regions)
+        self.merge_deadline_s = merge_deadline_s
+        self.metrics = HelperMetrics(registry)
+        self.storage = storage
+        self.answering = Outage("fusion prio3 answers", log)
+        self.outbox_wakeup, self.work_wakeup = Wakeup(), Wakeup()
+        self.store: HelperStore | None = None
+        self.answers: dict[tuple[str, int], Answer] = {}
+        self.verify_key = b""
+        self.opener: ShareOpener | None = None
+        self.sender: OutboxSender | None = None
+        self.sink = None
+
+    def open(self, db) -> None:  # noqa: ANN001 - the fusion store's connection
+        self.opener = ShareOpener(read_key(self.cfg.private_key_file, "fusion [prio3] private_key_file"),
+                                  self.cfg.decrypt_workers)
+        self.verify_key = read_key(self.cfg.verify_key_file, "fusion [prio3] verify_key_file")
+        self.store = HelperStore(db)
+        if self.cfg.unsafe_no_noise_for_tests:
+            log.warning("fusion [prio3] unsafe_no_noise_for_tests: the helper adds NO noise (tests only)")
+
+    async def connect(self, stack: contextlib.AsyncExitStack, transport: str, kafka: KafkaConfig, *, link) -> None:
+        """Answers go back over the transport the batches came by."""
+        stack.callback(self.opener.close)
+        warming = asyncio.get_running_loop().run_in_executor(None, self.opener.warm)   # in the background
+        warming.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
+            "fusion prio3: the decryption workers did not start (%r); large windows open in this process",
+            f.exception()))
+        if transport == "kafka":
+            self.sink = KafkaSink(kafka.model_copy(update={"topic": topics.KAFKA_PRIO3_VERIFY_TOPIC}))
+            stack.push_async_callback(self.sink.stop)
+        else:
+            self.sink = MqttSink(link, topics.prio3_verify_topic)
+        self.sender = OutboxSender("fusion prio3 answers", unsent=self.store.unsent,
+                                   send=lambda row: self.sink.send(row[0], row[3]),
+                                   mark_sent=self._sent, outage=self.answering, storage=self.storage,
+                                   wakeup=self.outbox_wakeup)
+
+    def _sent(self, row: tuple[str, int, int, str]) -> None:
+        self.store.mark_sent(row[0], row[1], row[2])
+        crash_point("helper_after_verify")
+
+    def tasks(self) -> list:
+        return [self.sender.run(), self._work()]
+
+    # -- intake ----------------------------------------------------------------------------------
+    def take(self, payloads: list[bytes], now: float, has_aggregate) -> list[tuple[str, str]]:  # noqa: ANN001
+        """Store the leader's messages of one intake batch (one commit); returns
+        (reason, detail) of each invalid one, for the quarantine (aligned with None for good ones)."""
+        parts, shares, bad = [], [], []
+        for payload in payloads:
+            try:
+                m = parse_leader_message(payload)
+            except (ValidationError, ValueError) as err:
+                bad.append(("prio3_invalid", str(err).replace("\n", " ")[:300]))
+                continue
+            bad.append(None)
+            self.known.add(m.region)
+            if has_aggregate(m.t):                         # late: its t is published already
+                if isinstance(m, Prio3Share) and self.store.state(m.region, m.t) is not None:
+                    self._drop(m.region, m.t, "late")
+                continue
+            if isinstance(m, Prio3Batch):
+                parts.append((m.region, m.t, m.first, payload.decode()))
+            else:
+                shares.append((m.region, m.t, payload.decode()))
+        if self.store.add(parts, shares, now):
+            self.outbox_wakeup.set()
+        if parts:
+            crash_point("helper_after_journal")
+        if shares:
+            crash_point("helper_after_share")
+        if parts or shares:
+            self.work_wakeup.set()
+        return bad
+
+    # -- answering and combining -------------------------------------------------------------------
+    async def _work(self) -> None:
+        await work_loop("fusion prio3", self.step, self.work_wakeup, self.storage, 5.0)
+
+    async def step(self, now: float) -> int:
+        """Combine every window whose leader share came (quick), then open and
+        answer the oldest complete batch not answered yet (slow: one per call,
+        so that shares arriving meanwhile wait for one batch at most, not for
+        every batch in the queue); drop stale windows. Returns the work done."""
+        done = 0
+        waiting = []
+        for region, t, state, received in self.store.windows():
+            answer = self.answers.get((region, t))
+            share = self.store.share(region, t) if answer is not None else None
+            if share is not None:
+                self._combine(region, t, answer, Prio3Share.model_validate_json(share), now)
+                done += 1
+            elif answer is None or state != "answered":
+                waiting.append((region, t, state, received))
+            elif now - received > self.cfg.answer_deadline_s:
+                self._drop(region, t, "no_leader_share")
+        for region, t, state, received in waiting:
+            answer = self.answers.get((region, t)) or await self._answer(region, t, now - received)
+            if answer is None:
+                continue
+            if state != "answered":
+                self.store.answered(region, t, answer.messages, now)
+                self.metrics.windows.labels("answered").inc()
+                self.outbox_wakeup.set()
+            return done + 1          # more may wait: the loop calls again at once
+        return done
+
+    async def _answer(self, region: str, t: int, age_s: float) -> Answer | None:
+        """Open and verify a window's batch once its parts are all here (None: not yet, or dropped)."""
+        parts = [Prio3Batch.model_validate_json(p) for p in self.store.parts(region, t)]
+        params = parts[0].params
+        try:
+            ordered = tile(parts, parts[0].total)
+            if ordered is not None and any(p.params != params or p.total != parts[0].total for p in ordered):
+                raise ValueError("the parts of one batch disagree")
+        except ValueError as err:
+            self._drop(region, t, f"batch_invalid: {err}"[:64])
+            return None
+        if ordered is None:
+            if age_s > self.cfg.answer_deadline_s:
+                self._drop(region, t, "batch_incomplete")
+            return None
+        started = time.perf_counter()
+        answer = await compute(answer_batch, params, self.verify_key, self.opener, region, t, ordered,
+                               in_thread=parts[0].total > LARGE)
+        self.answers[(region, t)] = answer
+        log.debug("fusion prio3 (%s, %d): %d reports opened and verified in %.3f s", region, t, parts[0].total,
+                  time.perf_counter() - started)
+        return answer
+
+    def _combine(self, region: str, t: int, answer: Answer, share: Prio3Share, now: float) -> None:
+        record, reason = combine(answer, share, self.cfg.k_min)
+        self.store.finish(region, t, record, now, reason)
+        self.answers.pop((region, t), None)
+        if record is None:
+            self.metrics.windows.labels(f"dropped_{reason}").inc()
+            log.info("fusion prio3 (%s, %d): dropped, %s", region, t, reason)
+            return
+        for why, k in record["rejected"].items():
+            self.metrics.rejected.labels(why).inc(k)
+        self.metrics.windows.labels("ready").inc()
+        log.debug("fusion prio3 (%s, %d): ready, %d reports both accepted", region, t, record["accepted"])
+
+    def _drop(self, region: str, t: int, reason: str) -> None:
+        self.store.finish(region, t, None, time.time(), reason)
+        self.answers.pop((region, t), None)
+        self.metrics.windows.labels(f"dropped_{reason.split(':')[0]}").inc()
+        log.warning("fusion prio3 (%s, %d): dropped, %s", region, t, reason)
+
+    # -- publishing -------------------------------------------------------------------------------
+    def due(self, now: float) -> list[tuple[int, list[tuple[str, dict]], float]]:
+        """Timestamps whose regions are all ready, or whose first ready region is
+        merge_deadline_s old: (t, [(region, record)], first ready time)."""
+        by_t: dict[int, list] = {}
+        for region, t, record, at in self.store.ready():
+            by_t.setdefault(t, []).append((region, record, at))
+        out = []
+        for t, rows in sorted(by_t.items()):
+            first = min(at for *_, at in rows)
+            if self.known <= {r for r, *_ in rows} or now - first >= self.merge_deadline_s:
+                out.append((t, [(r, rec) for r, rec, _ in rows], first))
+        return out
+
+    def aggregated(self, t: int, stored: bool) -> None:
+        """t is published (or had too few reports to publish): forget its records."""
+        if not stored:
+            log.info("fusion prio3 t=%d: fewer than k_min %d reports both accepted; not published", t,
+                     self.cfg.k_min)
+        crash_point("helper_after_aggregate")
+        self.store.aggregated(t)
+        self.store.prune(t - 100_000)
+
+    def aggregate(self, t: int, ready: list[tuple[str, dict]], precision: ControlMessage, *, level: float,
+                  history, windows_w: tuple[int, ...]) -> tuple[Aggregate, dict] | None:  # noqa: ANN001
+        """The aggregate of t (None: nothing publishable; its records are forgotten)."""
+        current = precision.prio3
+        mine = [(r, rec) for r, rec in ready if current is None or Prio3Params(**rec["params"]) == current]
+        mine = mine or ready                      # around a change of params: the newest t still publishes
+        dropped = {r: "other_params" for r, _ in ready if r not in {m for m, _ in mine}}
+        if sum(rec["accepted"] for _, rec in mine) < self.cfg.k_min:
+            return None
+        return build_aggregate(t, mine, precision, set(self.known), level=level,
+                               noise=not self.cfg.unsafe_no_noise_for_tests, dropped=dropped, history=history,
+                               windows_w=windows_w)
+
+
+
+__all__ = ["Prio3FusionConfig", "Prio3Helper", "build_aggregate"]

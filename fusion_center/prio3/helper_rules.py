@@ -1,0 +1,144 @@
+"""The pure rules of the fusion center as Prio3's helper and collector
+(secure aggregation, issue 20): answering a batch, combining it with the
+leader's share, and the published aggregate of a timestamp. No I/O, no clock;
+noise from os.urandom unless a test hands its bits. fusion_center.prio3.helper holds
+the state and the tasks."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from rase_device.secagg import report_ctx
+from fusion_center.estimators import Estimate, windowed
+from fusion_center.ldp.merge import history_key
+from rase_common.mechanisms import Setting
+from rase_common.mechanisms.prio3 import NoiseSum, central_noise, draw_noise, estimate_total
+from rase_common.protocol.aggregate import Aggregate, EstimateOut, WindowedOut
+from rase_common.protocol.control import ControlMessage
+from rase_common.protocol.prio3 import (Prio3Batch, Prio3Params, Prio3Share, Prio3Summary, Prio3Verify, WallClock,
+                                        b64, nonce_digest, pack, pack_mask, parts_of, unpack_mask)
+from rase_common.secagg import ShareOpener, unshard_signed
+from rase_common.vdaf import Prio3Aggregator
+
+
+@dataclass
+class Answer:
+    params: Prio3Params
+    aggregator: Prio3Aggregator
+    accepted: np.ndarray           # what the helper accepted, in batch order
+    nonces: list[bytes]
+    messages: list[str]
+    ingest_rejected: int
+
+
+def answer_batch(params: Prio3Params, verify_key: bytes, opener: ShareOpener, region: str, t: int,
+                 parts: list[Prio3Batch]) -> Answer:
+    """Open, verify and answer one window's batch (its parts in order)."""
+    vdaf = params.vdaf()
+    nonces, pubs, sealed, leader_vs = [], [], [], []
+    for p in parts:
+        a, b, c, d = p.columns(vdaf)
+        nonces += a
+        pubs += b
+        sealed += c
+        leader_vs += d
+    ctx = report_ctx(region, params.product, t)
+    inputs = opener.open(ctx, nonces, pubs, sealed)
+    agg = Prio3Aggregator(vdaf, verify_key, ctx, 1)
+    mine = agg.start(nonces, pubs, inputs)
+    accepted = agg.finish(leader_vs)
+    vs = vdaf.verifier_share_size()
+    messages = [Prio3Verify(type="prio3_verify", region=region, t=t, total=len(nonces), first=first, count=count,
+                            helper_verifier_shares=pack(mine[first:first + count], vs),
+                            helper_live=pack_mask([x is not None for x in mine[first:first + count]]),
+                            helper_accepted=pack_mask(accepted[first:first + count])).model_dump_json()
+                for first, count in parts_of(len(nonces), vs)]
+    return Answer(params, agg, accepted, nonces, messages, sum(p.ingest_rejected for p in parts))
+
+
+def combine(answer: Answer, share: Prio3Share, k_min: int) -> tuple[dict | None, str | None]:
+    """The region's ready record from the leader's share, or (None, why it is dropped)."""
+    agg = answer.aggregator
+    total = len(answer.nonces)
+    rejected = Counter(r.value for r in agg.reasons if r is not None)
+    base = {"params": answer.params.model_dump(), "received": total, "ingest_rejected": answer.ingest_rejected}
+    if share.dropped is not None:
+        return None, share.dropped
+    if share.total != total:
+        return None, "batch_mismatch"
+    both = answer.accepted & unpack_mask(share.leader_accepted, total, "leader_accepted")
+    n = int(both.sum())
+    if n != share.accepted or nonce_digest(answer.nonces, both) != share.accepted_digest:
+        return None, "accepted_mismatch"      # the two would publish different report sets: never
+    if n < k_min:
+        return None, "under_k_min"
+    rejected.update(share.leader_rejected)
+    totals = unshard_signed(agg.vdaf, [b64(share.agg_share or "", "agg_share"), agg.aggregate(both)])
+    return {**base, "totals": totals, "accepted": n, "rejected": dict(rejected),
+            "leader_draws": share.noise_draws}, None
+
+
+def merge_ready(records: list[dict], params: Prio3Params, *, noise: bool = True, bits=None
+                ) -> tuple[list[int], int, int]:  # noqa: ANN001
+    """(noisy totals, accepted n, noise draws) of one t: the regions' totals
+    summed, plus the helper's own noise, once (os.urandom unless a test hands bits)."""
+    totals = [sum(col) for col in zip(*[r["totals"] for r in records])]
+    draws = sum(r["leader_draws"] for r in records)
+    if noise:
+        z = draw_noise(central_noise(params.sensitivity, params.dp_eps), len(totals), bits)
+        totals = [x + e for x, e in zip(totals, z)]
+        draws += 1
+    return [int(x) for x in totals], sum(r["accepted"] for r in records), draws
+
+
+def build_aggregate(t: int, ready: list[tuple[str, dict]], precision: ControlMessage, known: set[str], *,
+                    level: float, noise: bool = True, dropped: dict[str, str] | None = None,
+                    history: dict[str, dict[int, Estimate]] | None = None, windows_w: tuple[int, ...] = (),
+                    bits=None) -> tuple[Aggregate, dict[str, Estimate]]:  # noqa: ANN001
+    """The published aggregate of t from its regions' ready records (all of one deployment's params)."""
+    params = Prio3Params(**ready[0][1]["params"])
+    records = [r for _, r in ready]
+    totals, n, draws = merge_ready(records, params, noise=noise, bits=bits)
+    d = central_noise(params.sensitivity, params.dp_eps)
+    law = NoiseSum(d.t, d.s, draws)
+    out = estimate_total(params.kind, totals, n, law, Setting.of(precision), level)
+    est = dict(out.named)
+    win: dict[str, dict[str, WindowedOut]] = {}
+    for w in windows_w:
+        win[str(w)] = {name: WindowedOut(**windowed({**(history or {}).get(history_key("prio3", name), {}), t: e},
+                                                    t, w, level)) for name, e in est.items()}
+    rejected = Counter()
+    for r in records:
+        rejected.update(r["rejected"])
+        if r["ingest_rejected"]:
+            rejected["ingest"] += r["ingest_rejected"]
+    period = params.window_period_s(precision.period_s)
+    summary = Prio3Summary(
+        kind=params.kind, product=params.product, received=sum(r["received"] for r in records), accepted=n,
+        rejected=dict(rejected), dropped_regions=dropped or {}, total=float(totals[0]) if params.kind != "histogram"
+        else float(sum(totals)), counts=[float(x) for x in totals] if params.kind == "histogram" else [],
+        noise={"distribution": "discrete Laplace", "scale_per_draw": law.scale, "draws": draws,
+               "sensitivity": params.sensitivity, "off_for_tests": "yes" if draws == 0 else "no"},
+        wall_clock=WallClock.of(t, precision.epoch0, period), privacy=privacy_unit(params, period))
+    regions = sorted(r for r, _ in ready)
+    agg = Aggregate(t=t, n=n, regions=regions, complete=known <= set(regions), level=level,
+                    estimates={k: _out(e) for k, e in est.items()}, what=dict(out.meaning), mechanism="prio3",
+                    frequencies=[_out(e) for e in out.frequencies], clamped=False, share_at_bound=0.0, windowed=win,
+                    privacy=[{"region": r, "mechanism": "prio3", "dp_eps": params.dp_eps} for r in regions],
+                    prio3=summary)
+    return agg, est
+
+
+def privacy_unit(params: Prio3Params, period_s: float) -> dict:
+    per_hour = 3600.0 / period_s
+    return {"unit": "one device's report: its reading (or its average over the product's period)",
+            "eps_per_release": params.dp_eps, "delta": 0.0, "releases_per_hour": per_hour,
+            "eps_per_hour": params.dp_eps * per_hour, "eps_per_day": params.dp_eps * 24 * per_hour,
+            "composition": "basic (the ledger's)", "holds_if": "the fog or the fusion center is honest"}
+
+
+def _out(e: Estimate) -> EstimateOut:
+    return EstimateOut(value=e.value, ci=(e.lo, e.hi), n=e.n, method=e.method or None)

@@ -1,0 +1,151 @@
+# Privacy budget ledger: basic sequential composition per budget period.
+#
+# Spending is counted in integer units of 1/EPS_UNITS (a report's eps rounded
+# up), so long runs accumulate no float error. What is written to the file is
+# the amount *reserved*, before any report that uses it leaves; after a
+# reboot everything reserved counts as spent, so a reboot never refills the
+# budget. Reserving `reserve_reports` reports' worth at a time lets a board
+# write its flash once per block instead of once per report, at the price of
+# losing at most one unused block on a reboot. A clock that goes backwards
+# never reopens an earlier period.
+#
+# Fail closed, both ways:
+# - a missing ledger is a new device, but a ledger that exists and cannot be
+#   read (corrupt, empty, torn) counts the current period as spent; the device
+#   resumes at the next period;
+# - a reservation counts only once it is on flash: when the write fails
+#   (full, worn or read-only flash, any OSError) nothing is charged, the
+#   report is not made, `unwritable` says so, and the next report tries the
+#   write again. No report ever uses budget that a reboot could refund.
+# Writes are atomic (write a .tmp, fsync where the port has it, rename).
+
+import json
+import os
+
+from rase_device.randomizer import EPS_UNITS, eps_units_ceil, eps_units_floor
+
+
+def _exists(path):
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+class BudgetLedger:
+    def __init__(self, path, budget_eps, period_s, reserve_reports=1):
+        if not (budget_eps > 0):
+            raise ValueError("budget_eps must be > 0, got %r" % (budget_eps,))
+        if not (period_s > 0):
+            raise ValueError("budget period_s must be > 0, got %r" % (period_s,))
+        if reserve_reports < 1:
+            raise ValueError("reserve_reports must be >= 1, got %r" % (reserve_reports,))
+        self.path = path
+        self.budget_units = eps_units_floor(budget_eps)
+        self.period_s = period_s
+        self.reserve_reports = reserve_reports
+        self.period = -1
+        self.spent_units = 0
+        self.reserved_units = 0
+        self.writes = 0
+        self.unreadable = False     # the file existed and could not be read: this period is spent
+        self.unwritable = False     # the last reservation could not be written: nothing may be spent
+        self.write_errors = 0
+        self.last_write_error = None
+        self._load()
+
+    @staticmethod
+    def _read(p):
+        with open(p) as f:
+            state = json.load(f)
+        period, spent = int(state["period"]), int(state["spent_units"])
+        if spent < 0:
+            raise ValueError("negative spend")
+        return period, spent
+
+    def _load(self):
+        main, tmp = self.path, self.path + ".tmp"
+        for p in (main, tmp):
+            if not _exists(p):
+                continue
+            try:
+                # Whatever was reserved before the restart is spent.
+                self.period, self.spent_units = self._read(p)
+                self.reserved_units = self.spent_units
+                return
+            except (ValueError, KeyError, TypeError, OSError):
+                # The .tmp is the copy left by a stop between remove and
+                # rename on file systems that cannot rename over a file; a
+                # main file that exists but does not parse is not trusted.
+                if p == main:
+                    break
+        if _exists(main) or _exists(tmp):
+            self.unreadable = True
+
+    def locked(self, now):
+        """True while the period in which an unreadable ledger was found lasts."""
+        self._roll(now)
+        return self.unreadable
+
+    def _save(self, reserved_units):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(json.dumps({"v": 1, "period": self.period, "spent_units": reserved_units}))
+            f.flush()
+            if hasattr(os, "fsync") and hasattr(f, "fileno"):
+                os.fsync(f.fileno())
+        try:
+            os.rename(tmp, self.path)
+        except OSError:
+            # Some VFS (FAT) refuse to rename onto an existing file; _load
+            # falls back to the .tmp copy if we stop between these two calls.
+            os.remove(self.path)
+            os.rename(tmp, self.path)
+        self.writes += 1
+
+    def _reserve(self, reserved_units):
+        """Write the reservation, then (only then) hold it in memory. Any
+        storage error leaves the old reservation and says so; True if written."""
+        try:
+            self._save(reserved_units)
+        except OSError as err:  # full, worn or read-only flash: fail closed
+            self.unwritable = True
+            self.write_errors += 1
+            self.last_write_error = "%s: %s" % (type(err).__name__, err)
+            return False
+        self.reserved_units = reserved_units
+        self.unwritable = False
+        return True
+
+    def _roll(self, now):
+        p = int(now // self.period_s)
+        if self.unreadable and self.period == -1:
+            # Fail closed: the period in which the bad ledger was found is spent.
+            self.period = p
+            self.spent_units = self.budget_units
+            self._reserve(self.budget_units)   # unwritten, it is still spent in memory
+        elif p > self.period:
+            self.period = p
+            self.spent_units = 0
+            self.reserved_units = 0
+            self.unreadable = False
+
+    def remaining(self, now):
+        """eps left in the period containing `now`."""
+        self._roll(now)
+        return (self.budget_units - self.spent_units) / EPS_UNITS
+
+    def try_spend(self, eps, now):
+        """Charge eps (persisting a new reservation first when the current
+        one is used up); False, nothing charged, if it would overspend or the
+        reservation could not be written (then `unwritable` is True)."""
+        self._roll(now)
+        cost = eps_units_ceil(eps)
+        if self.spent_units + cost > self.budget_units:
+            return False
+        if self.spent_units + cost > self.reserved_units:
+            if not self._reserve(min(self.budget_units, self.spent_units + cost * self.reserve_reports)):
+                return False
+        self.spent_units += cost
+        return True

@@ -1,0 +1,155 @@
+# Secure aggregation on the device (SPEC 2.5, issue 20): each reading becomes
+# one Prio3 report for two aggregators that do not collude. The fog (Prio3's
+# leader) gets the leader's input share in the clear; the fusion center (the
+# helper) gets its share sealed with HPKE to the public key this device pinned
+# when it was flashed (LocalPolicy), never to a key a control message names.
+# MicroPython-compatible.
+#
+# Report kinds (the control message's prio3.kind):
+#   sum:       the reading quantized on the grid as BR does, in [0, max_measurement]
+#   count:     1 when the reading is above on_above, else 0
+#   histogram: the reading's band among `bands` (rase_device.categorical.band_of)
+# Products: "per-t" reports every period; "hourly" / "daily" report once per
+# hour / day the average of that hour's quantized readings (sum only), so a
+# device's guarantee over a day is 24 (or 1) releases instead of 10,800.
+
+import json
+
+from rase_device.prio3_report import make_report
+from rase_device.wire import PRIO3_PRODUCT_PERIODS
+_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def b64encode(data):
+    """Standard base64 with padding, as a str (MicroPython's builtins only)."""
+    out = bytearray()
+    n = len(data)
+    for i in range(0, n - n % 3, 3):
+        v = (data[i] << 16) | (data[i + 1] << 8) | data[i + 2]
+        out += bytes((_B64[v >> 18], _B64[(v >> 12) & 63], _B64[(v >> 6) & 63], _B64[v & 63]))
+    rest = n % 3
+    if rest:
+        v = data[n - rest] << 16
+        if rest == 2:
+            v |= data[n - 1] << 8
+        out += bytes((_B64[v >> 18], _B64[(v >> 12) & 63]))
+        out += (bytes((_B64[(v >> 6) & 63],)) + b"=") if rest == 2 else b"=="
+    return out.decode()
+
+
+def product_period_s(product, period_s):
+    """Seconds one report covers: the reporting period for per-t, else the product's."""
+    for name, seconds in PRIO3_PRODUCT_PERIODS:
+        if name == product:
+            return seconds or period_s
+    raise ValueError("prio3 product must be one of per-t, hourly, daily, got %r" % (product,))
+
+
+def report_ctx(region, product, t):
+    """Prio3's application context: binds a report to its deployment, region,
+    product and timestamp, so that a report replayed into another window (or a
+    sealed share moved to another report) fails verification."""
+    return ("rase/v1/prio3/%s/%s/%d" % (region, product, t)).encode()
+
+
+def isqrt(n):
+    r = 0
+    while (r + 1) * (r + 1) <= n:
+        r += 1
+    return r
+
+
+def chunk_length(buckets):
+    """Prio3Histogram's chunk length: the draft recommends about sqrt(length)."""
+    return max(1, isqrt(buckets))
+
+
+def make_vdaf(params):
+    """The Prio3 instance a prio3 params dict (rase_device.wire.parse_prio3) names."""
+    from rase_device import prio3
+    kind = params["kind"]
+    if kind == "sum":
+        return prio3.prio3_sum(params["max_measurement"])
+    if kind == "count":
+        return prio3.prio3_count()
+    return prio3.prio3_histogram(params["buckets"], params["chunk_length"])
+
+
+def encode_report(t, eps, seq, report):
+    """A Prio3 report's JSON on the device's usual report topic."""
+    nonce, public, leader, sealed = report
+    return json.dumps({"v": 1, "t": t, "eps": eps, "seq": seq, "nonce": b64encode(nonce), "pub": b64encode(public),
+                       "leader": b64encode(leader), "sealed": b64encode(sealed)}, separators=(",", ":"))
+
+
+class Prio3Client:
+    """The device's side of a prio3 deployment: quantize, (average over the
+    product's period), shard, prove, seal. Built from the control message's
+    prio3 params and the device's own pinned helper key."""
+
+    mechanism = "prio3"
+
+    def __init__(self, params, calibration, helper_public_key, region, on_above=10.0, bands=None, read=None):
+        from rase_device.entropy import RandomBits, system_read
+        if len(helper_public_key) != 32:
+            raise ValueError("the pinned helper public key must be 32 bytes")
+        self.params = params
+        self.kind = params["kind"]
+        self.product = params["product"]
+        self.read = read if read is not None else system_read()
+        self.bits = RandomBits(self.read)
+        self.vdaf = make_vdaf(params)
+        self.helper_public_key = bytes(helper_public_key)
+        self.region = region
+        self._measure = self._measurer(calibration, on_above, bands)
+        self._acc = None          # (product t, sum of measurements, readings) of the current product period
+        # (vdaf, ctx, measurement, helper key, read) -> report; a CPython simulator may hand a faster one
+        # that makes the same bytes (rase_common.vdaf.fast_client).
+        self.make_report = make_report
+        self.control_key = None   # what it was built from (AgentCore keeps it while that does not change)
+
+    def _measurer(self, calibration, on_above, bands):
+        if self.kind == "sum":
+            from rase_device.randomizer import BudgetRandomizer
+            if calibration.grid_max != self.params["max_measurement"]:
+                raise ValueError("prio3 max_measurement %r is not the grid's %d steps"
+                                 % (self.params["max_measurement"], calibration.grid_max))
+            return BudgetRandomizer(calibration, self.bits).quantize
+        from rase_device.randomizer import check_finite
+        if self.kind == "count":
+            from rase_device.binary_rr import on_off
+            return lambda x: on_off(check_finite("reading", x), on_above)
+        from rase_device.categorical import band_of
+        if bands is None or len(bands) + 1 != self.params["buckets"]:
+            raise ValueError("prio3 histogram buckets must be len(bands) + 1")
+        return lambda x: band_of(check_finite("reading", x), bands)
+
+    def quantize(self, x):
+        """The measurement of reading x (ValueError for a bad reading)."""
+        return self._measure(x)
+
+    def report_period_s(self, period_s):
+        return product_period_s(self.product, period_s)
+
+    def observe(self, x, now, epoch0, period_s):
+        """Take reading x at unix time now: (t, measurement) of a report due
+        now, or None. per-t: this period's. hourly/daily: the average of the
+        previous product period's readings, once its first later reading comes."""
+        m = self._measure(x)
+        span = self.report_period_s(period_s)
+        t = int((now - epoch0) // span)
+        if self.product == "per-t":
+            return t, m
+        due = None
+        acc = self._acc
+        if acc is not None and acc[0] != t:
+            due = (acc[0], (2 * acc[1] + acc[2]) // (2 * acc[2]))   # the rounded mean of the period
+            acc = None
+        self._acc = (t, m, 1) if acc is None else (t, acc[1] + m, acc[2] + 1)
+        return due
+
+    def report(self, t, measurement, eps, seq):
+        """The JSON payload of one report of product timestamp t."""
+        ctx = report_ctx(self.region, self.product, t)
+        return encode_report(t, eps, seq, self.make_report(self.vdaf, ctx, measurement, self.helper_public_key,
+                                                           self.read))

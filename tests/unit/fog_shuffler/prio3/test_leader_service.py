@@ -1,0 +1,95 @@
+"""The fog service as Prio3's leader, without a broker (in-memory source and
+sink, a manual clock): a window under k_min is suppressed and forgotten
+whole, a full one goes out as a batch without devices, a repeated nonce is
+refused, the helper's answer (made by the helper's own rules) brings the
+leader's share, and closed windows' nonces are pruned."""
+
+import asyncio
+
+import pytest
+
+from fog_shuffler.config import FogConfig
+from fog_shuffler.service import FogService
+from fusion_center.prio3.helper_rules import answer_batch
+from rase_common.channels import MemorySink, MemorySource
+from rase_common.clock import ManualClock
+from rase_common.protocol import topics
+from rase_common.protocol.prio3 import Prio3Batch, Prio3Share, parse_leader_message
+from rase_common.secagg import ShareOpener, read_key
+from tests.integration.secagg_support import Deployment
+
+DEVICES = [f"sa-dev-{i}" for i in range(5)]
+
+
+async def settle(seconds: float = 0.3) -> None:
+    await asyncio.sleep(seconds)
+
+
+def test_the_leader_inside_the_fog_service(tmp_path):
+    dep = Deployment(tmp_path, devices=DEVICES, k_min=3, period_s=8.0)
+    cfg = FogConfig.load(None, **{**dep.fog_settings(1), "lateness_periods": 1, "allowed_lateness_s": 0})
+    clock = ManualClock(8.0 * 10 + 1)
+    source, sink = MemorySource(), MemorySink()
+    fog = FogService(cfg, clock=clock, source=source, sink=sink)
+    cores = dep.cores()
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(fog.run(stop))
+        await settle()
+        for core in cores[:2]:                                   # t = 10: two reports, k_min 3
+            core.step(50.0, clock.now())
+            source.put(*core.outbox.pop())
+        await settle()
+        assert fog.leader.journal.has_reports("r1", 10)
+        clock.set(8.0 * 20 + 1)                                  # t = 20: four reports, one nonce repeated
+        fog.wakeup.set()
+        reports = []
+        for core, x in zip(cores[:4], (10.0, 20.0, 30.0, 40.0)):
+            core.step(x, clock.now())
+            reports.append(core.outbox.pop())
+            source.put(*reports[-1])
+        source.put(topics.report_topic("r1", DEVICES[4]), reports[0][1])     # another device, the same report
+        await settle()
+        assert not fog.leader.journal.has_reports("r1", 10)     # suppressed at t = 20 > 10 + 1 + lateness
+        assert fog.metrics.value("windows_suppressed") == 1
+        assert fog.metrics.value("reports_rejected", reason="nonce_repeated") == 1
+        clock.set(8.0 * 22 + 1)
+        fog.wakeup.set()
+        await settle(1.0)
+        batch = [parse_leader_message(p.encode()) for k, p in sink.sent]
+        assert [type(m) for m in batch] == [Prio3Batch] and batch[0].total == 4
+        assert not any(d in p for _, p in sink.sent for d in DEVICES)
+        # The helper answers, by its own rules, over the "transport": the fog's source.
+        answer = answer_batch(batch[0].params, read_key(dep.keys["verify_key_file"], "v"),
+                              ShareOpener(read_key(dep.keys["private_key_file"], "h"), 1), "r1", 20, batch)
+        for m in answer.messages:
+            source.put(topics.prio3_verify_topic("r1"), m)
+        await settle(1.0)
+        share = Prio3Share.model_validate_json(sink.sent[-1][1])
+        assert share.accepted == 4 and share.agg_share and share.noise_draws == 0
+        assert fog.leader.journal.state("r1", 20) == "done" and fog.leader.journal.batch("r1", 20) == []
+        assert all(t >= 20 - 3 for _, t, _ in fog.leader.nonces.values())        # older ones pruned
+        stop.set()
+        await task
+
+    asyncio.run(run())
+    assert not source.unacked                                     # every message journaled, then acknowledged
+
+
+@pytest.mark.parametrize("bad", [b'{"type":"prio3_verify","v":1}', b"{}"])
+def test_a_malformed_answer_is_refused_and_counted(tmp_path, bad):
+    dep = Deployment(tmp_path, devices=DEVICES)
+    fog = FogService(FogConfig.load(None, **dep.fog_settings(1)), clock=ManualClock(81.0), source=MemorySource(),
+                     sink=MemorySink())
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(fog.run(stop))
+        await settle()
+        fog._source.put(topics.prio3_verify_topic("r1"), bad)
+        await settle()
+        stop.set()
+        await task
+    asyncio.run(run())
+    assert fog.metrics.value("reports_rejected", reason="prio3_reply_invalid") == 1
