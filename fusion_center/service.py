@@ -337,8 +337,10 @@ class FusionService(Service):
 
     def _store(self, done: list) -> int:
         try:
-            stored = self.store.store_aggregates("all", [(t, agg.model_dump_json(), agg.revision)
-                                                         for t, _, _, agg, _ in done], self.clock.now())
+            # Each aggregate marks aggregated only the windows it was estimated from (issue 29).
+            stored = self.store.store_aggregates("all", [(t, agg.model_dump_json(), agg.revision,
+                                                          [(w.region, w.revision) for w in windows])
+                                                         for t, _, windows, agg, _ in done], self.clock.now())
         except StorageError:
             for _, first, windows, _, _ in done:      # they stay pending, and on disk, until they can be stored
                 for w in windows:

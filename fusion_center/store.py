@@ -106,25 +106,34 @@ class AggregateStore:
     def has_aggregate(self, scope: str, t: int) -> bool:
         return self.revision(scope, t) is not None
 
-    def store_aggregates(self, scope: str, rows: list[tuple[int, str, int]], created: float) -> list[bool]:
-        """Store (t, payload, revision) rows in one transaction (one fsync):
-        a new t, or a newer revision of one (published again); mark their
-        windows aggregated. Per row, whether it was stored (not a repeat)."""
+    def store_aggregates(self, scope: str, rows: list[tuple[int, str, int, list[tuple[str, int]]]],
+                         created: float) -> list[bool]:
+        """Store (t, payload, revision, included) rows in one transaction (one
+        fsync): a new t, or a newer revision of one (published again); mark
+        aggregated exactly the windows `included` ((region, rev) of t) were
+        estimated from. Not every pending window of t: one that arrived while
+        this revision was being estimated is not in it, and stays pending for
+        the next revision (marked done here, it was counted twice by that next
+        revision, or lost by a crash before it). Per row, whether it was stored
+        (not a repeat)."""
         with storage_errors("fusion store"), self.db:
             self.db.execute("BEGIN")
             out = []
-            for t, payload, revision in rows:
+            for t, payload, revision, included in rows:
                 cur = self.db.execute(
                     "INSERT INTO aggregates (scope, t, payload, created, revision) VALUES (?,?,?,?,?) "
                     "ON CONFLICT(scope, t) DO UPDATE SET payload=excluded.payload, revision=excluded.revision, "
                     "published=0, created=excluded.created WHERE excluded.revision > aggregates.revision",
                     (scope, t, payload, created, revision))
-                self.db.execute("UPDATE windows SET done=1 WHERE t=? AND done=0", (t,))
+                self.db.executemany("UPDATE windows SET done=1 WHERE region=? AND t=? AND rev=? AND done=0",
+                                    [(region, t, rev) for region, rev in included])
                 out.append(cur.rowcount == 1)
             return out
 
-    def store_aggregate(self, scope: str, t: int, payload: str, created: float) -> bool:
-        return self.store_aggregates(scope, [(t, payload, 0)], created)[0]
+    def store_aggregate(self, scope: str, t: int, payload: str, created: float,
+                        included: list[tuple[str, int]] = ()) -> bool:
+        """One aggregate (secure aggregation's have no windows here: `included` is empty)."""
+        return self.store_aggregates(scope, [(t, payload, 0, list(included))], created)[0]
 
     def newest_t(self, scope: str = "all") -> int | None:
         with storage_errors("fusion store"):
