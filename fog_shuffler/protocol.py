@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 
 from rase_device import wire
 from rase_device.mechanisms import DEFAULT_MECHANISM
-from rase_device.schedule import Schedule, from_control
+from rase_device.schedule import Schedule, check_stated, from_control
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
 from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 from rase_common.errors import ProtocolError
@@ -149,6 +149,11 @@ class ProtocolGate:
             self.policy.check(parsed, seals=False)   # the leader seals nothing: no key to pin
         except ValueError as err:
             # Outside the fog's own policy (a 1 ms period, a range it refuses).
+            raise ProtocolError("control_refused", f"{err}; keeping the current parameters") from None
+        try:
+            # A change of period or epoch0 must state its since_t, as devices require (issue 29).
+            check_stated(parsed, self.current)
+        except ValueError as err:
             raise ProtocolError("control_refused", f"{err}; keeping the current parameters") from None
         changed = self.follower.apply(Protocol.from_control(parsed, self.current), now_t)
         if changed:

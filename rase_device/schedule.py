@@ -62,8 +62,25 @@ class Schedule:
                 and self.since_t == other.since_t)
 
 
+def check_stated(msg, current):
+    """A control message without since_t may not change the schedule: a
+    slower period or a later epoch0 would move t back, and a receiver that
+    never reports (or closes) a t it has passed falls silent. Raise ValueError
+    unless it keeps `current`'s period and epoch0 (the device and the fog
+    apply the same rule)."""
+    if msg.get("since_t") is not None or current is None:
+        return
+    epoch0 = msg.get("epoch0", current.epoch0)
+    if msg["period_s"] != current.period_s or epoch0 != current.epoch0:
+        raise ValueError("schedule change without since_t (period_s %r -> %r, epoch0 %r -> %r): a change of "
+                         "schedule must state the t it takes effect from" % (current.period_s, msg["period_s"],
+                                                                             current.epoch0, epoch0))
+
+
 def from_control(msg, current=None):
-    """The schedule a parsed control message (rase_device.wire) states."""
+    """The schedule a parsed control message (rase_device.wire) states;
+    ValueError for a change of schedule that does not state its since_t."""
+    check_stated(msg, current)
     epoch0 = msg.get("epoch0", current.epoch0 if current is not None else 0.0)
     since = msg.get("since_t")
     if since is None:

@@ -88,3 +88,17 @@ def test_gate_follows_a_change_and_accepts_old_parameters_only_within_the_grace(
     with pytest.raises(Rejected) as e:                               # not retried under the old rules
         g.validate("rase/v1/reports/r1/zz", report(1.0), 100)
     assert e.value.reason == "unknown_device"
+
+
+@pytest.mark.parametrize("change", [{"period_s": 16.0}, {"epoch0": 8.0}])
+def test_gate_refuses_a_schedule_change_without_since_t(change):
+    """Issue 29, item 4: the fog refuses (and the service counts, control_refused)
+    what devices refuse, and keeps its schedule."""
+    g = gate()
+    before = g.current
+    with pytest.raises(ProtocolError) as e:
+        g.follow(control(**change), now_t=100)
+    assert e.value.reason == "control_refused" and "since_t" in e.value.detail
+    assert g.current is before
+    stated = ControlMessage.model_validate_json(control()).rescheduled(16.0, 0.0, 1000.0, lead_s=32.0)
+    assert "period_s" in g.follow(stated.model_dump_json(exclude_none=True).encode(), now_t=100)

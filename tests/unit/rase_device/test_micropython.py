@@ -89,6 +89,29 @@ print(led2.remaining(200.0), led2.try_spend(0.5, 200.0), led2.try_spend(0.5, 864
     assert out[1] == "0.5 True True"
 
 
+def test_agent_core_under_micropython_refuses_a_schedule_change_without_since_t(micropython):
+    """Issue 29, item 4, on the board's interpreter: refused, status control_rejected, t goes on."""
+    code = """
+import json
+from rase_device.core import AgentCore
+from rase_device.ledger import BudgetLedger
+from rase_device.entropy import RandomBits
+from rase_device.randomizer import Calibration
+core = AgentCore('h1a1', 'r1', 1.0, BudgetLedger('/l.json', 100.0, 86400), Calibration(), period_s=8, epoch0=0,
+                 bits=RandomBits(read=%s))
+core.step(10.0, 80.0)
+try:
+    core.apply_control(json.dumps({'v': 1, 'beta': 0.5, 'rho': 0.9, 'x_min': 0, 'x_max': 4000, 'gamma': 1,
+                                   'period_s': 16, 'eps_levels': [1.0], 'mechanism': 'duchi'}))
+    print('applied')
+except ValueError as err:
+    print('refused', 'since_t' in str(err))
+print(core.status, core.period_s, core.step(10.0, 88.0) is not None, core.last_t)
+""" % "(lambda n: bytes(__import__('jsentropy').urandom(n)))"
+    lines = micropython([code])[0].splitlines()
+    assert lines == ["refused True", "control_rejected 8 True 11"]
+
+
 def test_agent_core_under_micropython_emits_valid_reports(micropython):
     code = """
 import json

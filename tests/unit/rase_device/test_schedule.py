@@ -75,3 +75,25 @@ def test_the_device_parser_reads_a_schedule_change_and_refuses_half_of_one():
     del half["previous_epoch0"]
     with pytest.raises(ValueError, match="come together"):
         parse_control(json.dumps(half))
+
+
+@pytest.mark.parametrize("change", [{"period_s": 16.0}, {"epoch0": 4.0}, {"epoch0": 80.0}, {"period_s": 12.0}])
+def test_a_device_refuses_a_schedule_change_without_since_t_and_keeps_reporting(tmp_path, change):
+    """Issue 29, item 4: a slower period or a moved epoch0 without since_t
+    silenced every agent; it is refused whole (status control_rejected)."""
+    core = AgentCore(device="d1", region="r1", eps=1.0, calibration=Calibration(), period_s=8.0,
+                     ledger=BudgetLedger(str(tmp_path / "l.json"), 1e6, 86400))
+    now = 1_700_000_000.0
+    core.step(10.0, now)
+    t0 = core.last_t
+    with pytest.raises(ValueError, match="without since_t"):
+        core.apply_control(ControlMessage(**({"period_s": 8.0} | change)).model_dump_json(exclude_none=True))
+    assert core.status == "control_rejected" and core.control_rejected == 1
+    assert (core.schedule.period_s, core.schedule.epoch0) == (8.0, 0.0)
+    assert core.step(10.0, now + 8) is not None and core.last_t == t0 + 1     # it goes on reporting
+    # The same parameters without since_t, and a change that states it, are applied.
+    core.apply_control(ControlMessage(period_s=8.0, eps_levels=[0.5]).model_dump_json(exclude_none=True))
+    assert core.eps_levels == [0.5] and core.status == "online"
+    core.apply_control(ControlMessage(period_s=8.0).rescheduled(16.0, 0.0, now + 20, lead_s=32.0)
+                       .model_dump_json(exclude_none=True))
+    assert core.schedule.period_s == 16.0
