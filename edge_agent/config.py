@@ -105,6 +105,10 @@ class AgentConfig(TomlSettings):
     ledger_reserve_reports: int = Field(1, ge=1, le=1000)
     board_ledger_reserve_reports: int = Field(16, ge=1, le=1000)
     outbox_capacity: int = Field(10000, ge=1)
+    # Each report is kept until the fog's receipt says it journaled it (rase_device.outbox), and handed
+    # to the broker again after a reconnect or this long without one (doubling, at most 300 s). 0: kept
+    # only until the broker's PUBACK (a fog with receipt_every_s = 0 sends none).
+    confirm_timeout_s: float = Field(30.0, ge=0, le=300)
     max_inflight: int = Field(100, ge=1, le=60000)
     calibration: CalibrationConfig = CalibrationConfig()
     # Randomizer until the fusion center's control message names one:
@@ -132,7 +136,8 @@ class AgentConfig(TomlSettings):
             "device": self.device, "region": self.region, "eps": self.eps,
             "budget_eps": self.budget_eps, "budget_period_s": self.budget_period_s,
             "period_s": self.period_s, "epoch0": self.epoch0,
-            "ledger_path": "rase_ledger.json",   # beside main.py, in the board's root folder "outbox_capacity": min(self.outbox_capacity, 64),
+            "ledger_path": "rase_ledger.json",   # beside main.py, in the board's root folder
+            "outbox_capacity": min(self.outbox_capacity, 64), "confirm_timeout_s": self.confirm_timeout_s,
             "ledger_reserve_reports": self.board_ledger_reserve_reports,
             "calibration": self.calibration.model_dump(), "mechanism": self.mechanism,
             "broker": {"host": self.broker.host, "port": self.broker.port, "user": self.broker.username,

@@ -5,7 +5,10 @@
   are handed to paho only while connected and while fewer than max_inflight
   await their PUBACK (paho refuses new QoS 1 publishes at 65,535 in flight).
 - A report handed to paho stays in paho's session until acknowledged; paho
-  resends it after a reconnect, so nothing produced is lost.
+  resends it after a reconnect. Once the broker acknowledged it, the core's
+  outbox keeps it until the fog's receipt on the feedback topic
+  (rase_device.outbox): handed to paho again after a reconnect or a timeout,
+  so a broker crash or a wiped fog session loses nothing produced.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ class PahoTransport:
         self.published = 0                # written by the caller's thread only
         self.acked = 0                    # written by paho's thread only
         self.delivered = 0                # reports (not status messages) the broker acknowledged
-        self._kinds: dict[int, bool] = {}  # packet id -> is a report, until its PUBACK
+        self._kinds: dict[int, tuple | None] = {}  # packet id -> the report (None: a status), until its PUBACK
         self._acked_early: set[int] = set()   # PUBACKs that came before publish() returned
+        self._handed: list[tuple] = []     # reports the broker acknowledged, for the outbox to await receipts
+        self._resend_all = False           # set by a (re)connect: what awaits a receipt goes out again
         self.control_errors = 0
         self.connects = 0
         self.control_applied = threading.Event()
@@ -64,6 +69,7 @@ class PahoTransport:
             log.warning("agent=%s connect refused: %s", self.core.device, reason_code)
             return
         self.connects += 1
+        self._resend_all = True
         client.subscribe([(wire.CONTROL_TOPIC, 1), (self.feedback_topic, 1)])
         self.core.status_changed = True
         self.connected.set()
@@ -86,19 +92,24 @@ class PahoTransport:
     def _on_publish(self, client, userdata, mid, reason_code, properties):  # noqa: ANN001
         self.acked += 1
         with self._mids_lock:
-            kind = self._kinds.pop(mid, None)
-            if kind is None:
+            if mid not in self._kinds:
                 self._acked_early.add(mid)
-            elif kind:
-                self.delivered += 1
+            else:
+                item = self._kinds.pop(mid)
+                if item is not None:
+                    self.delivered += 1
+                    self._handed.append(item)    # the outbox takes it on the caller's thread (pump)
         if len(self.core.outbox):
             self._wake()                  # room in flight for what is queued
 
     def _on_message(self, client, userdata, msg):  # noqa: ANN001
         if msg.topic == self.feedback_topic:
-            self.feedback.on_feedback(self.core.device, msg.payload)
             with self.lock:
-                self.core.status_changed = True    # the retained status carries rejected_by_fog at once
+                receipt = self.core.on_feedback(msg.payload)     # the fog's receipt: those reports are kept
+            if not receipt:
+                self.feedback.on_feedback(self.core.device, msg.payload)
+                with self.lock:
+                    self.core.status_changed = True    # the retained status carries rejected_by_fog at once
             self._wake()
             return
         if msg.topic != wire.CONTROL_TOPIC:
@@ -137,7 +148,7 @@ class PahoTransport:
     def counts(self) -> dict[str, int]:
         """What became of this device's reports (its status carries them)."""
         return {"made": self.core.sent, "delivered": self.delivered,
-                "rejected_by_fog": self.feedback.count(self.core.device)}
+                "rejected_by_fog": self.feedback.count(self.core.device), "late_by_fog": self.core.late_by_fog}
 
     def start(self) -> None:
         connect_in_background(self.client, self.broker)
@@ -149,26 +160,48 @@ class PahoTransport:
         sent = 0
         with self.lock:
             core = self.core
+            self._await_receipts(time.monotonic())
             if core.status_changed:
                 core.status_changed = False
                 self._publish(wire.status_topic(core.device), core.status_payload(self.counts()), retain=True)
             box = core.outbox
             while len(box) and self.inflight < self.max_inflight and self.connected.is_set():
-                topic, payload = box.pop()
-                if not self._publish(topic, payload, report=True):
-                    box.push_front((topic, payload))
+                item = box.pop()
+                if not self._publish(item[0], item[1], report=item):
+                    box.push_front(item)
                     break
                 sent += 1
         return sent
 
-    def _publish(self, topic: str, payload: str, retain: bool = False, report: bool = False) -> bool:
+    def _await_receipts(self, now: float) -> None:
+        """(Under self.lock.) Acknowledged reports wait in the outbox for the fog's receipt; after a
+        reconnect, or a receipt's timeout, they are queued again."""
+        box = self.core.outbox
+        with self._mids_lock:
+            handed, self._handed = self._handed, []
+        for item in handed:
+            box.handed(item, now)
+        if self._resend_all:
+            self._resend_all = False
+            box.resend_due(now, all_of_them=True)
+        else:
+            box.resend_due(now)
+
+    def next_resend_s(self) -> float | None:
+        """Seconds until a report awaiting its receipt is due again (None: none awaits)."""
+        with self.lock:
+            return self.core.outbox.next_resend_s(time.monotonic())
+
+    def _publish(self, topic: str, payload: str, retain: bool = False, report: tuple | None = None) -> bool:
         info = self.client.publish(topic, payload, qos=1, retain=retain)
         if info.rc != mqtt.MQTT_ERR_SUCCESS and info.rc != mqtt.MQTT_ERR_NO_CONN:
             return False
         with self._mids_lock:
             if info.mid in self._acked_early:      # the PUBACK came before publish() returned
                 self._acked_early.discard(info.mid)
-                self.delivered += 1 if report else 0
+                if report is not None:
+                    self.delivered += 1
+                    self._handed.append(report)
             else:
                 self._kinds[info.mid] = report
         # NO_CONN: paho keeps a QoS 1 message queued and sends it on reconnect.

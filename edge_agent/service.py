@@ -29,7 +29,7 @@ def build_core(cfg: AgentConfig, bits: RandomBits | None = None) -> AgentCore:
     return AgentCore(device=cfg.device, region=cfg.region, eps=cfg.eps, ledger=ledger,
                      calibration=cfg.calibration.build(), period_s=cfg.period_s, epoch0=cfg.epoch0,
                      bits=bits, outbox_capacity=cfg.outbox_capacity, policy=cfg.policy.build(cfg.period_s),
-                     mechanism=cfg.mechanism)
+                     mechanism=cfg.mechanism, confirm_s=cfg.confirm_timeout_s)
 
 
 class AgentService(Service):
@@ -140,4 +140,7 @@ class AgentService(Service):
             wait = min(wait, self.control_grace_s / 4)
         if len(core.outbox):
             wait = min(wait, self.pump_interval_s)   # e.g. offline: retry the hand-off
+        resend = self.transport.next_resend_s()
+        if resend is not None:
+            wait = min(wait, max(resend, self.pump_interval_s))   # a report whose receipt did not come
         return wait

@@ -145,6 +145,9 @@ class FogConfig(TomlSettings):
     # many the fog stops taking reports from the broker, which holds them;
     # journaled reports and windows are never dropped.
     outbox_max_windows: int = Field(1000, ge=1)
+    # End-to-end receipts (fog_shuffler.receipts): after the commit that journals a report the device
+    # hears so on its feedback topic, batched this often; devices keep each report until then. 0: none.
+    receipt_every_s: float = Field(0.25, ge=0)
     # What the fog accepts from the control message (as devices do): outside
     # these bounds it is refused whole and the fog keeps its parameters.
     control_policy: ControlPolicy = ControlPolicy()

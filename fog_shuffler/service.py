@@ -37,6 +37,7 @@ from fog_shuffler.journal import Journal
 from fog_shuffler.prio3.leader import Prio3Leader
 from fog_shuffler.metrics import FogMetrics
 from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower, ProtocolGate
+from fog_shuffler.receipts import Receipts
 from fog_shuffler.screen.screening import DeviceScreen
 from fog_shuffler.windows import Outcome, RegionCounters, WindowManager
 from rase_common.channels import Sink, Source
@@ -111,6 +112,9 @@ class FogService(Service):
         self.outbox = OutboxCount(cfg.outbox_max_windows, self.metrics.outbox_windows, self.outbox_wakeup.set)
         self.reports_taken = 0            # messages journaled or rejected since start (a replay driver's progress)
         self.feedback = RejectionFeedback(set(cfg.regions))   # tells a device why its reports are rejected
+        # End-to-end receipts (fog_shuffler.receipts): what each committed batch took, per device.
+        self.receipts = Receipts({d: r for r, ds in registered.items() for d in ds}, every_s=cfg.receipt_every_s)
+        self.receipts_due = Wakeup()
 
     # -- state others look at ------------------------------------------------
     @property
@@ -138,7 +142,7 @@ class FogService(Service):
 
     # -- start and stop --------------------------------------------------------
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
-        for w in (self.arrived, self.due, self.outbox_wakeup):
+        for w in (self.arrived, self.due, self.outbox_wakeup, self.receipts_due):
             w.bind()
         self.journal = Journal(self.cfg.journal_path)
         stack.callback(self.journal.close)
@@ -175,7 +179,9 @@ class FogService(Service):
                  sorted(self.cfg.regions), self.cfg.k_min, self.cfg.period_s, self.cfg.sink)
 
     def tasks(self):
-        return [self._ingest(), self._close_loop(), self.forwarder.run()] + (self.leader.tasks() if self.leader else [])
+        receipts = [self._send_receipts()] if self.cfg.receipt_every_s > 0 else []
+        return [self._ingest(), self._close_loop(), self.forwarder.run()] + receipts + (
+            self.leader.tasks() if self.leader else [])
 
     def subscriptions(self) -> list[tuple[str, int]]:
         subs = [(topics.reports_filter(r), 1) for r in self.cfg.regions] + [(topics.CONTROL_TOPIC, 1)]
@@ -246,6 +252,7 @@ class FogService(Service):
         if self.hold.stale:
             self._rebuild_from_journal()
         rows, dups, replies = [], [], []
+        taken: list[tuple[str, int | None, bool, bytes | None]] = []   # receipts: (topic, t, late, rejected payload)
         after: list[tuple[str | None, str, Outcome | None, object]] = []   # (reject reason, detail, outcome, msg)
         complete = False
         for msg, now_t in batch:
@@ -267,6 +274,7 @@ class FogService(Service):
                 outcome = self.windows.add(rep, now_t)
             except Rejected as err:
                 after.append((err.reason, str(err), None, msg))
+                taken.append((msg.topic, None, False, msg.payload))
                 continue
             except Exception as err:  # noqa: BLE001 - a bug one report triggers must not stop the fog
                 log.exception("report on %s could not be processed; quarantined", msg.topic)
@@ -283,6 +291,7 @@ class FogService(Service):
             elif outcome is Outcome.DUPLICATE:
                 dups.append((rep.region, rep.t))
             after.append((None, "", outcome, msg))
+            taken.append((msg.topic, rep.t, outcome is Outcome.LATE, None))
         try:
             self.journal.add_reports(rows, dups, self.screen.write(self.clock.now()) if self.screen else None)
         except StorageError:
@@ -294,6 +303,7 @@ class FogService(Service):
         if self.leader is not None:
             self.leader.commit(replies)
         self._count(after)
+        self._note_receipts(taken)
         self.source.ack([m for *_, m in after])
         self.reports_taken += len(after) - len(replies)
         if complete:
@@ -318,6 +328,34 @@ class FogService(Service):
                                  self.metrics.duplicates), (Outcome.LATE, self.metrics.late)):
             if taken[outcome]:
                 counter.inc(taken[outcome])
+
+    def _note_receipts(self, taken: list[tuple[str, int | None, bool, bytes | None]]) -> None:
+        """After the commit: each device will hear which of its reports the fog now has (fog_shuffler.receipts)."""
+        if self.cfg.receipt_every_s <= 0:
+            return
+        for topic, t, late, rejected in taken:
+            if rejected is not None:
+                self.receipts.note_rejected(topic, rejected)
+            else:
+                self.receipts.note(topic, t, late=late)
+        if len(self.receipts):
+            self.receipts_due.set()
+
+    async def _send_receipts(self) -> None:
+        """Publish the receipts every receipt_every_s (QoS 1, best effort: a receipt lost is a report the
+        device sends again, which the fog drops as a repeat and receipts again)."""
+        while True:
+            await self.receipts_due.wait(None, None)
+            await asyncio.sleep(self.cfg.receipt_every_s)     # gather a few batches into one receipt each
+            if self.link is None:
+                self.receipts.take()                         # a custom source: nobody to tell
+                continue
+            for topic, payload in self.receipts.take():
+                try:
+                    self.link.publish_nowait(topic, payload).add_done_callback(
+                        lambda f: f.cancelled() or f.exception())
+                except Exception as err:  # noqa: BLE001 - the device sends the report again; ingest goes on
+                    log.debug("receipt to %s not sent: %s", topic, err)
 
     def _tell_device(self, topic: str, reason: str, detail: str) -> None:
         """The device hears why its report was rejected, on its own topic (fog_shuffler.feedback)."""

@@ -67,7 +67,7 @@ def build_core(cfg, bits=None):
                      period_s=cfg["period_s"], epoch0=cfg["epoch0"], bits=bits,
                      outbox_capacity=cfg.get("outbox_capacity", 64),
                      policy=LocalPolicy.from_dict(cfg.get("policy"), cfg["period_s"]),
-                     mechanism=cfg.get("mechanism", "br"))
+                     mechanism=cfg.get("mechanism", "br"), confirm_s=cfg.get("confirm_timeout_s", 30))
 
 
 def make_umqtt_factory(cfg, sockets):
@@ -205,9 +205,10 @@ class BoardLoop:
 
     def status_line(self):
         c, t = self.core, self.transport
-        line = ("rase: sent=%d delivered=%d queued=%d dropped=%d sensor_errors=%d budget_skips=%d disconnects=%d "
-                "link=%s state=%s" % (c.sent, t.delivered, len(c.outbox), c.outbox.dropped, self.sensor_errors,
-                                      c.skipped_budget, t.disconnects, "up" if t.client else "down", c.status))
+        line = ("rase: sent=%d delivered=%d queued=%d unconfirmed=%d dropped=%d sensor_errors=%d budget_skips=%d "
+                "disconnects=%d link=%s state=%s" % (c.sent, t.delivered, len(c.outbox), c.outbox.awaiting,
+                                                     c.outbox.dropped, self.sensor_errors, c.skipped_budget,
+                                                     t.disconnects, "up" if t.client else "down", c.status))
         if t.client is None and t.last_error:
             line += " error=%s" % t.last_error
         if c.ledger.unwritable:

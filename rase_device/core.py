@@ -30,7 +30,7 @@ class AgentCore:
 
     def __init__(self, device, region, eps, ledger, calibration, period_s=8,
                  epoch0=0, bits=None, outbox_capacity=256, policy=None, mechanism=DEFAULT_MECHANISM,
-                 on_above=DEFAULT_ON_ABOVE, bands=None, read=None):
+                 on_above=DEFAULT_ON_ABOVE, bands=None, read=None, confirm_s=0):
         self.device = wire.check_name("device", device)
         self.region = wire.check_name("region", region)
         if not (eps > 0):
@@ -46,7 +46,9 @@ class AgentCore:
         # prio3 waits for the control message that names its kind and parameters.
         self.randomizer = None if mechanism == PRIO3 else make_randomizer(mechanism, calibration, bits, on_above,
                                                                           bands)
-        self.outbox = Outbox(outbox_capacity)
+        # confirm_s > 0: each report is kept until the fog's receipt (rase_device.outbox, fog_shuffler.receipts).
+        self.outbox = Outbox(outbox_capacity, confirm_s)
+        self.late_by_fog = 0        # reports the fog said came later than its allowed lateness
         self.topic = wire.report_topic(region, device)
         self.seq = 0
         self.last_t = None
@@ -122,7 +124,7 @@ class AgentCore:
             return None
         y, _ = self.randomizer.randomize(x, eps)
         self.last_t = t
-        return self._queue(wire.encode_report(t, y, eps, self.seq + 1))
+        return self._queue(wire.encode_report(t, y, eps, self.seq + 1), t)
 
     def _step_prio3(self, client, x, now, t, eps):
         """A Prio3 report when one is due (every period, or once per product
@@ -132,7 +134,7 @@ class AgentCore:
         self.last_t = t
         if due is None or not self._spend(eps, now):
             return None
-        return self._queue(client.report(due[0], due[1], eps, self.seq + 1))
+        return self._queue(client.report(due[0], due[1], eps, self.seq + 1), due[0])
 
     def _spend(self, eps, now):
         """Charge eps to the ledger; False (status says why) when it cannot."""
@@ -148,12 +150,29 @@ class AgentCore:
             return False
         return True
 
-    def _queue(self, payload):
+    def _queue(self, payload, t):
         self.seq += 1
-        self.outbox.put((self.topic, payload))
+        self.outbox.put((self.topic, payload, t))
         self.sent += 1
         self._set_status("control_rejected" if self.last_rejection else "online")
         return payload
+
+    def on_feedback(self, payload):
+        """A message on this device's feedback topic. A receipt
+        ({"kept": [t, ...], "late": n}, fog_shuffler.receipts) confirms those
+        reports and is True; anything else (the fog's word on rejected
+        reports) is for the transport's diagnostics: False."""
+        try:
+            msg = wire.parse_receipt(payload)
+        except ValueError:
+            return False
+        if msg is None:
+            return False
+        self.outbox.confirm(msg[0])
+        if msg[1]:
+            self.late_by_fog += msg[1]
+            self.status_changed = True       # the retained status counts them
+        return True
 
     def apply_control(self, payload):
         """Recalibrate from a control message. A malformed one, or one outside

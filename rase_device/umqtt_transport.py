@@ -10,6 +10,10 @@
 # or truncated stream, ValueError from a TLS certificate check. Every one of
 # them means the same thing here: drop the connection, keep the reason in
 # last_error, back off exponentially, reconnect. Nothing queued is lost.
+#
+# A report the broker acknowledged waits in the outbox for the fog's receipt
+# on the device's feedback topic (rase_device.outbox): sent again after a
+# reconnect or its timeout, so a broker crash loses nothing either.
 
 from rase_device import wire
 
@@ -58,8 +62,12 @@ class UmqttTransport:
         self.delivered = 0        # reports the broker acknowledged (umqtt publish returns after the PUBACK)
         self.failures = 0            # consecutive failed connects or sends
         self.last_error = None
+        self.feedback_topic = _b(wire.feedback_topic(core.region, core.device))
 
     def _on_message(self, topic, msg):
+        if topic == self.feedback_topic or topic == self.feedback_topic.decode():
+            self.core.on_feedback(msg)      # a receipt confirms reports; other feedback is for the console
+            return
         if topic == wire.CONTROL_TOPIC.encode() or topic == wire.CONTROL_TOPIC:
             try:
                 self.core.apply_control(msg)
@@ -73,6 +81,8 @@ class UmqttTransport:
         c.set_callback(self._on_message)
         c.connect()
         c.subscribe(_b(wire.CONTROL_TOPIC), qos=1)
+        c.subscribe(self.feedback_topic, qos=1)
+        self.core.outbox.resend_due(now, True)   # what the broker may have lost while the link was down
         self.core.status_changed = True
         self.last_io = now
         return c
@@ -94,11 +104,12 @@ class UmqttTransport:
     def flush(self, c, now):
         core = self.core
         if core.status_changed:
-            counts = {"made": core.sent, "delivered": self.delivered}
+            counts = {"made": core.sent, "delivered": self.delivered, "late_by_fog": core.late_by_fog}
             c.publish(_b(wire.status_topic(core.device)), _b(core.status_payload(counts)), retain=True, qos=1)
             core.status_changed = False
             self.last_io = now
         box = core.outbox
+        box.resend_due(now)          # acknowledged by the broker, but no receipt from the fog in time
         while len(box):
             # Off the queue while in flight: a reading taken meanwhile (the
             # sockets' between() hook) may fill the queue without dropping it.
@@ -109,6 +120,7 @@ class UmqttTransport:
                 box.push_front(item)   # not acknowledged: sent again after the reconnect
                 raise
             self.delivered += 1
+            box.handed(item, now)    # kept until the fog's receipt
             self.last_io = now
         if self.keepalive_s and now - self.last_io >= self.keepalive_s / 2:
             c.ping()  # umqtt never pings by itself; an idle link would be dropped
@@ -127,7 +139,8 @@ class UmqttTransport:
                 self._fail(now, exc)
                 return False
         try:
-            c.check_msg()
+            for _ in range(8):       # check_msg takes one message: the receipts and a control message
+                c.check_msg()
             self.flush(c, now)
         except Exception as exc:
             self._fail(now, exc)

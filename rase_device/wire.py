@@ -52,7 +52,8 @@ def encode_status(state, privacy=None, counts=None):
     """Status payload; `privacy` (AgentCore.privacy_spent) says what the device
     spends: eps per report, per hour at its cadence, and in this budget period;
     `counts` what became of its reports: made, delivered (acknowledged by the
-    broker), rejected_by_fog (the fog said so on the device's feedback topic)."""
+    broker), rejected_by_fog (the fog said so on the device's feedback topic),
+    late_by_fog (the fog's receipt said they came after its allowed lateness)."""
     if state not in STATES:
         raise ValueError("unknown status %r" % (state,))
     msg = {"v": VERSION, "state": state}
@@ -61,6 +62,32 @@ def encode_status(state, privacy=None, counts=None):
     if counts:
         msg["counts"] = counts
     return json.dumps(msg, separators=(",", ":"))
+
+
+MAX_RECEIPT_BYTES = 4096
+
+
+def parse_receipt(payload):
+    """The fog's receipt on the feedback topic (fog_shuffler.receipts):
+    (list of timestamps kept, how many of them were late), None for another
+    feedback message (no "kept"), ValueError for a malformed one."""
+    if len(payload) > MAX_RECEIPT_BYTES:
+        raise ValueError("receipt of %d bytes" % len(payload))
+    try:
+        msg = json.loads(payload)
+    except (ValueError, TypeError):
+        raise ValueError("receipt is not JSON")
+    if not isinstance(msg, dict) or msg.get("v") != VERSION:
+        raise ValueError("receipt is not a version %d object" % VERSION)
+    kept = msg.get("kept")
+    if kept is None:
+        return None
+    late = msg.get("late", 0)
+    if not isinstance(kept, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in kept):
+        raise ValueError("receipt kept must be a list of integers")
+    if not isinstance(late, int) or isinstance(late, bool) or not 0 <= late <= len(kept):
+        raise ValueError("receipt late must be an integer in [0, len(kept)]")
+    return kept, late
 
 
 _CONTROL_NUMBERS = ("beta", "rho", "x_min", "x_max", "gamma", "period_s")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Literal, Union
 
 import msgspec
-from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, StrictInt
+from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, StrictInt, model_validator
 
 from rase_device.wire import STATES, VERSION
 
@@ -73,11 +73,13 @@ class PrivacySpent(BaseModel):
 class StatusCounts(BaseModel):
     """What became of a device's reports since it started: made (randomized
     and queued), delivered (acknowledged by the broker), rejected_by_fog (the
-    fog said so on the device's own feedback topic)."""
+    fog said so on the device's own feedback topic), late_by_fog (the fog's
+    receipt said they came after its allowed lateness)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     made: int = Field(ge=0)
     delivered: int = Field(ge=0)
     rejected_by_fog: int = Field(0, ge=0)
+    late_by_fog: int = Field(0, ge=0)      # dropped by the fog as later than its allowed lateness (its receipt)
 
 
 class Status(BaseModel):
@@ -98,6 +100,24 @@ class Feedback(BaseModel):
     reason: str
     detail: str = ""
     rejected: int = Field(1, ge=1)     # reports of this device rejected for this reason since the last feedback
+
+
+class Receipt(BaseModel):
+    """The fog to one device, on rase/v1/feedback/{region}/{device}, after the
+    commit that journaled (or decided) its reports (fog_shuffler.receipts):
+    the timestamps of its reports the fog now has, and how many of them came
+    later than the allowed lateness and were dropped. The device keeps each
+    report until it is listed here (rase_device.outbox)."""
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    v: Literal[1] = 1
+    kept: list[Annotated[int, Field(ge=0)]] = Field(min_length=1, max_length=256)
+    late: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _late_among_kept(self) -> "Receipt":
+        if self.late > len(self.kept):
+            raise ValueError("late counts reports among kept")
+        return self
 
 
 assert VERSION == 1

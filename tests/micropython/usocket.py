@@ -5,13 +5,14 @@
 #
 # Loaded as /lib/usocket.py by the tests only (the name says it is a fake).
 
+import json
 import struct
 
 BROKER = None
 
 
 class ScriptedBroker:
-    def __init__(self, refuse_connects=0, refuse_code=5, break_on_publish=()):
+    def __init__(self, refuse_connects=0, refuse_code=5, break_on_publish=(), receipts=False, lose_acked=()):
         self.refuse_connects = refuse_connects   # CONNACK return code != 0 this many times
         self.refuse_code = refuse_code
         self.break_on_publish = set(break_on_publish)  # n-th PUBLISH (1-based) breaks the socket
@@ -20,6 +21,12 @@ class ScriptedBroker:
         self.publishes = 0
         self.broken = 0
         self.received = []     # (topic, payload) acknowledged with PUBACK
+        # Playing the fog too: a receipt (fog_shuffler.receipts) for each report, except the n-th
+        # reports (1-based) in lose_acked, which the broker acknowledges and then loses (a crash).
+        self.receipts = receipts
+        self.lose_acked = set(lose_acked)
+        self.reports = 0
+        self.kept = []         # the t of each report the fog journaled, repeats included
         self.passwords = []
 
 
@@ -64,6 +71,11 @@ class socket:
             raise OSError(110)  # ETIMEDOUT: a real socket timeout
         out, self.outbuf = self.outbuf[:n], self.outbuf[n:]
         return out
+
+    def _publish_qos0(self, topic, payload):
+        t = topic.encode()
+        body = struct.pack("!H", len(t)) + t + payload
+        self.outbuf += bytes([0x30, len(body)]) + body     # bodies here are < 128 bytes
 
     def _packet(self):
         """One whole packet from inbuf, or None."""
@@ -117,6 +129,13 @@ class socket:
             else:
                 payload = rest
             br.received.append((topic, payload.decode()))
+            if br.receipts and topic.startswith("rase/v1/reports/"):
+                br.reports += 1
+                if br.reports not in br.lose_acked:
+                    t = json.loads(payload)["t"]
+                    br.kept.append(t)
+                    self._publish_qos0("rase/v1/feedback/" + topic[len("rase/v1/reports/"):],
+                                       json.dumps({"v": 1, "kept": [t]}).encode())
         elif kind == 0x80:  # SUBSCRIBE
             self.outbuf += b"\x90\x03" + body[:2] + b"\x01"
         elif kind == 0xC0:  # PINGREQ

@@ -40,6 +40,7 @@ def sleep(s):
 lines = []
 cfg = {"device": "b1", "region": "r1", "eps": 1.0, "budget_eps": 1000.0, "budget_period_s": 86400,
        "period_s": 8, "epoch0": 0, "ledger_path": "/ledger.json", "outbox_capacity": 64,
+       "confirm_timeout_s": 0,   # no fog behind this broker: a PUBACK is the end of it
        "calibration": {"beta": 0.5, "rho": 0.9, "x_min": 0.0, "x_max": 4000.0, "gamma": 1.0},
        "broker": {"host": "broker.local", "port": 1883, "user": "b1", "password": "pw", "keepalive_s": 60},
        "board": {"wifi_ssid": "lab", "wifi_password": "pw", "wifi_timeout_s": 2, "ntp": True,
@@ -82,6 +83,50 @@ def test_board_loop_under_micropython_with_scripted_broker_socket_and_fake_radio
     # Budget: one eps per report sent, none for the sensor faults.
     assert out["remaining"] == pytest.approx(1000.0 - out["seq"])
     assert any(line.startswith("rase: sent=") for line in out["lines"])
+
+
+RECEIPTS = XORSHIFT + """
+import json
+import usocket, network, ntptime
+from rase_device import board
+from rase_device.entropy import RandomBits
+
+# The 3rd, 4th and 11th reports are acknowledged by the broker and lost before the fog has them.
+usocket.BROKER = usocket.ScriptedBroker(receipts=True, lose_acked=(3, 4, 11), break_on_publish=(15,))
+clock = [1700000000.0]
+
+def sleep(s):
+    clock[0] += s
+
+cfg = {"device": "b1", "region": "r1", "eps": 1.0, "budget_eps": 1000.0, "budget_period_s": 86400,
+       "period_s": 8, "epoch0": 0, "ledger_path": "/ledger.json", "outbox_capacity": 64, "confirm_timeout_s": 20,
+       "calibration": {"beta": 0.5, "rho": 0.9, "x_min": 0.0, "x_max": 4000.0, "gamma": 1.0},
+       "broker": {"host": "broker.local", "port": 1883, "user": "b1", "password": "pw", "keepalive_s": 60},
+       "board": {"wifi_ssid": "lab", "wifi_password": "pw", "ntp": False, "status_every_reports": 0}}
+loop = board.run(lambda: 100.0, cfg, clock=lambda: clock[0], sleep=sleep, bits=RandomBits(read=XorShiftBytes(7)),
+                 max_steps=40, log=lambda line: None)
+br = usocket.BROKER
+made = [json.loads(p)["t"] for t, p in br.received if t == "rase/v1/reports/r1/b1"]
+print(json.dumps({"seq": loop.core.seq, "kept": br.kept, "made": made, "awaiting": loop.core.outbox.awaiting,
+                  "resent": loop.core.outbox.resent, "remaining": loop.core.ledger.remaining(clock[0])}))
+"""
+
+
+def test_board_keeps_each_report_until_the_fogs_receipt_and_sends_it_again(micropython, umqtt_simple_py):
+    """Issue 29, item 3, on the board: three reports the broker acknowledged and lost, and one in flight when
+    the socket broke, reach the fog in the end; every t once in the aggregate (the fog drops repeats by t),
+    and the budget charged once per report made."""
+    files = {"/lib/" + name: (FAKES / name).read_text() for name in ("usocket.py", "network.py", "ntptime.py")}
+    files["/lib/umqtt/__init__.py"] = ""
+    files["/lib/umqtt/simple.py"] = umqtt_simple_py.read_text()
+    out = json.loads(micropython([RECEIPTS], files=files)[0].strip().splitlines()[-1])
+    ts = sorted(set(out["made"]))
+    assert len(ts) == out["seq"] >= 30
+    assert sorted(set(out["kept"])) == ts                 # the fog has every report made ...
+    assert out["resent"] >= 3 and len(out["made"]) > out["seq"]   # ... because the lost ones went out again
+    # Only the last reports may still await their receipt when the run stops; none is lost.
+    assert out["awaiting"] <= 1
+    assert out["remaining"] == pytest.approx(1000.0 - out["seq"])      # one eps per report, resends free
 
 
 SAFETY_NETS = """

@@ -1,0 +1,70 @@
+"""The fog's end-to-end receipts (fog_shuffler.receipts, issue 29 items 3 and 7):
+what a committed batch took, per registered device, on its own feedback topic;
+the device's parser (rase_device.wire.parse_receipt) reads what the model writes
+and refuses what the model refuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from fog_shuffler.receipts import MAX_KEPT, Receipts
+from rase_common.protocol.report import Receipt
+from rase_device import wire
+
+TOPIC = "rase/v1/reports/r1/d1"
+
+
+def test_receipts_go_to_each_registered_device_on_its_own_topic_once():
+    r = Receipts({"d1": "r1", "d2": "r1", "e1": "r2"})
+    r.note(TOPIC, 5)
+    r.note(TOPIC, 6, late=True)
+    r.note("rase/v1/reports/r1/d2", 5)
+    r.note("rase/v1/reports/r2/d1", 5)           # d1 is not registered in r2: told nothing
+    r.note("rase/v1/reports/r1/zz", 5)           # nor a device nobody registered
+    r.note(TOPIC, None)                          # a report without a t
+    r.note_rejected(TOPIC, b'{"v":1,"t":7,"y":1e999}')   # rejected, but its t is receipted (decided)
+    r.note_rejected(TOPIC, b"{not json")
+    out = dict(r.take())
+    assert out == {"rase/v1/feedback/r1/d1": '{"v":1,"kept":[5,6,7],"late":1}',
+                   "rase/v1/feedback/r1/d2": '{"v":1,"kept":[5],"late":0}'}
+    assert r.take() == [] and r.sent == 2 and r.late_told == 1
+
+
+def test_a_backlog_is_receipted_in_small_messages_with_the_late_ones_counted_where_they_are():
+    r = Receipts({"d1": "r1"})
+    for t in range(MAX_KEPT + 10):
+        r.note(TOPIC, t, late=t >= MAX_KEPT)
+    parts = [Receipt.model_validate_json(p) for _, p in r.take()]
+    assert [len(p.kept) for p in parts] == [MAX_KEPT, 10] and [p.late for p in parts] == [0, 10]
+    assert sum((p.kept for p in parts), []) == list(range(MAX_KEPT + 10))
+
+
+@pytest.mark.parametrize("payload", [
+    {"v": 1, "kept": [3, 4], "late": 1},
+    {"v": 1, "kept": [0]},
+])
+def test_the_device_reads_what_the_model_writes(payload):
+    model = Receipt.model_validate(payload)
+    assert wire.parse_receipt(model.model_dump_json().encode()) == (model.kept, model.late)
+
+
+@pytest.mark.parametrize("payload", [
+    {"v": 1, "kept": "all"},
+    {"v": 1, "kept": [1.5]},
+    {"v": 1, "kept": [True]},
+    {"v": 1, "kept": [1], "late": 2},
+    {"v": 1, "kept": [1], "late": -1},
+    {"v": 2, "kept": [1]},
+])
+def test_the_device_refuses_what_the_model_refuses(payload):
+    with pytest.raises(ValidationError):
+        Receipt.model_validate(payload)
+    with pytest.raises(ValueError):
+        wire.parse_receipt(json.dumps(payload).encode())
+
+
+def test_other_feedback_is_not_a_receipt():
+    assert wire.parse_receipt(b'{"v":1,"reason":"unknown_device","detail":"","rejected":1}') is None
