@@ -114,7 +114,7 @@ class Receipt(BaseModel):
     late: int = Field(0, ge=0)
 
     @model_validator(mode="after")
-    def _late_among_kept(self) -> "Receipt":
+    def _late_among_kept(self) -> Receipt:
         if self.late > len(self.kept):
             raise ValueError("late counts reports among kept")
         return self

@@ -98,7 +98,7 @@ def test_outbox_drops_oldest_when_full():
 
 
 def _report(t):
-    return ("rase/v1/reports/r1/d1", '{"t":%d}' % t, t)
+    return ("rase/v1/reports/r1/d1", json.dumps({"t": t}), t)
 
 
 def test_outbox_keeps_acknowledged_reports_until_the_fogs_receipt():
