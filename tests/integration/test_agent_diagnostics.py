@@ -19,7 +19,7 @@ from fog_shuffler.config import FogConfig
 from fog_shuffler.service import FogService
 from rase_common.clock import ScaledClock
 from rase_common.protocol.control import ControlMessage
-from rase_common.protocol.report import Feedback, Status
+from rase_common.protocol.report import Feedback, Receipt, Status
 from tests.mqtt_helpers import Recorder, ServiceThread, publish_retained
 
 pytestmark = pytest.mark.integration
@@ -66,9 +66,14 @@ def test_an_unregistered_device_hears_why_its_reports_are_rejected(mosquitto, tm
     finally:
         fog_run.stop()
         rec.close()
-    # Only the stranger was told, once, on its own topic, with the reason and nothing about anyone else.
-    told = rec.on("rase/v1/feedback/")
+    # Only the stranger was told, once, on its own topic, with the reason and nothing about anyone else;
+    # the registered device had receipts for its reports (fog_shuffler.receipts) on its own topic only.
+    feedback = rec.on("rase/v1/feedback/")
+    receipts = [m for m in feedback if b'"kept"' in m.payload]
+    told = [m for m in feedback if m not in receipts]
     assert [m.topic for m in told] == ["rase/v1/feedback/r1/stranger"]
+    assert receipts and {m.topic for m in receipts} == {f"rase/v1/feedback/r1/{REGISTERED[0]}"}
+    assert all(Receipt.model_validate_json(m.payload).late == 0 for m in receipts)
     fb = Feedback.model_validate_json(told[0].payload)
     assert fb.reason == "unknown_device" and fb.detail == "r1/stranger"
     assert fog.metrics.value("reports_rejected", reason="unknown_device") > 1

@@ -80,6 +80,7 @@ def test_board_loop_over_umqtt_with_socket_shim_survives_broker_restart(
     rec = Recorder(broker.port, ["rase/v1/reports/#", "rase/v1/status/#"], client_id="board-rec")
     cfg = {"device": "b1", "region": "r1", "eps": 1.0, "budget_eps": 1e6, "budget_period_s": 86400,
            "period_s": 8, "epoch0": 0, "ledger_path": str(tmp_path / "ledger.json"), "outbox_capacity": 64,
+           "confirm_timeout_s": 0,   # no fog here to send receipts (rase_device.outbox)
            "calibration": {"beta": 0.5, "rho": 0.9, "x_min": 0.0, "x_max": 4000.0, "gamma": 1.0},
            "broker": {"host": "127.0.0.1", "port": broker.port}, "board": {"ntp": False}}
     clock = {"t": 1_700_000_000.0}
@@ -133,6 +134,7 @@ def test_board_loop_over_umqtt_with_socket_shim_survives_refused_password_and_se
         rec = Recorder(broker.port, ["rase/v1/reports/#"], client_id="b2-rec", username="b2", password="right")
         cfg = {"device": "b2", "region": "r1", "eps": 1.0, "budget_eps": 1000.0, "budget_period_s": 86400,
                "period_s": 8, "epoch0": 0, "ledger_path": str(tmp_path / "ledger.json"), "outbox_capacity": 64,
+           "confirm_timeout_s": 0,   # no fog here to send receipts (rase_device.outbox)
                "calibration": {"beta": 0.5, "rho": 0.9, "x_min": 0.0, "x_max": 4000.0, "gamma": 1.0},
                "broker": {"host": "127.0.0.1", "port": broker.port}, "board": {"ntp": False}}
         clock = {"t": 1_700_000_000.0}
