@@ -148,6 +148,9 @@ class FogConfig(TomlSettings):
     # End-to-end receipts (fog_shuffler.receipts): after the commit that journals a report the device
     # hears so on its feedback topic, batched this often; devices keep each report until then. 0: none.
     receipt_every_s: float = Field(0.25, ge=0)
+    # A forwarded window stays unconfirmed until the fusion center's receipt (fog_shuffler.window_receipts),
+    # and goes out again after this long without one (doubling, at most 300 s). 0: the PUBACK is enough.
+    window_confirm_s: float = Field(10.0, ge=0, le=300)
     # What the fog accepts from the control message (as devices do): outside
     # these bounds it is refused whole and the fog keeps its parameters.
     control_policy: ControlPolicy = ControlPolicy()

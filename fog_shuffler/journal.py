@@ -150,9 +150,29 @@ class Journal:
             return self.db.execute("SELECT region, t, payload, rev FROM outbox WHERE sent=0 "
                                    "ORDER BY t, rev, region").fetchall()
 
+    # outbox.sent: 0 to send, 1 sent (the broker's PUBACK), 2 confirmed by the fusion center's receipt
+    # (fog_shuffler.window_receipts): a window at 1 is sent again when no receipt comes.
     def mark_sent(self, region: str, t: int, rev: int = 0) -> None:
         with storage_errors("fog journal"):
-            self.db.execute("UPDATE outbox SET sent=1 WHERE region=? AND t=? AND rev=?", (region, t, rev))
+            self.db.execute("UPDATE outbox SET sent=1 WHERE region=? AND t=? AND rev=? AND sent=0", (region, t, rev))
+
+    def mark_confirmed(self, keys: list[tuple[str, int, int]]) -> None:
+        """The fusion center stored these windows: (region, t, rev)."""
+        with storage_errors("fog journal"), self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("UPDATE outbox SET sent=2 WHERE region=? AND t=? AND rev=? AND sent<2", keys)
+
+    def mark_unsent(self, keys: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+        """Sent, never confirmed: to send again; those that still were (not confirmed or pruned meanwhile)."""
+        with storage_errors("fog journal"), self.db:
+            self.db.execute("BEGIN")
+            return [key for key in keys if self.db.execute(
+                "UPDATE outbox SET sent=0 WHERE region=? AND t=? AND rev=? AND sent=1", key).rowcount]
+
+    def unconfirmed(self) -> list[tuple[str, int, int]]:
+        """(region, t, rev) sent and not confirmed by the fusion center."""
+        with storage_errors("fog journal"):
+            return self.db.execute("SELECT region, t, rev FROM outbox WHERE sent=1 ORDER BY t, rev, region").fetchall()
 
     def prune(self, t_min: int) -> None:
         """Forget what no report still accepted can need: closed markers,
@@ -161,7 +181,7 @@ class Journal:
             self.db.execute("BEGIN")
             self.db.execute("DELETE FROM closed WHERE t < ?", (t_min,))
             self.db.execute("DELETE FROM reports WHERE done=1 AND t < ?", (t_min,))
-            self.db.execute("DELETE FROM outbox WHERE sent=1 AND t < ?", (t_min,))
+            self.db.execute("DELETE FROM outbox WHERE sent>=1 AND t < ?", (t_min,))
 
     # -- attacker detection -----------------------------------------------------------
     def _write_detection(self, d: DetectionWrite) -> None:

@@ -54,7 +54,7 @@ class FogMetrics:
                                          "rejected (quarantined_device) until an operator releases them", registry=r)
         for field in PROTOCOL_FIELDS:
             self.config_drift.labels(field).set(0)
-        for reason in REASONS + ("internal", "control_invalid", "control_refused"):
+        for reason in REASONS + ("internal", "control_invalid", "control_refused", "receipt_invalid", "retained"):
             self.rejected.labels(reason)
         for mech in WINDOW_MECHANISMS:
             self.forwarded.labels(mech)

@@ -38,6 +38,7 @@ from fog_shuffler.prio3.leader import Prio3Leader
 from fog_shuffler.metrics import FogMetrics
 from fog_shuffler.protocol import PROTOCOL_FIELDS, Protocol, ProtocolFollower, ProtocolGate
 from fog_shuffler.receipts import Receipts
+from fog_shuffler.window_receipts import Unconfirmed
 from fog_shuffler.screen.screening import DeviceScreen
 from fog_shuffler.windows import Outcome, RegionCounters, WindowManager
 from rase_common.channels import Sink, Source
@@ -48,6 +49,7 @@ from rase_common.loop import Wakeup, seconds_to_next_boundary
 from rase_common.mqtt import MqttLink, MqttSink, MqttSource
 from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
+from rase_common.protocol.window import WindowReceipt
 from rase_common.quarantine import Quarantine
 from rase_common.service import Service
 
@@ -115,6 +117,9 @@ class FogService(Service):
         # End-to-end receipts (fog_shuffler.receipts): what each committed batch took, per device.
         self.receipts = Receipts({d: r for r, ds in registered.items() for d in ds}, every_s=cfg.receipt_every_s)
         self.receipts_due = Wakeup()
+        # Windows forwarded and not yet confirmed by the fusion center (fog_shuffler.window_receipts).
+        self.unconfirmed = (Unconfirmed(cfg.window_confirm_s) if cfg.window_confirm_s > 0 and cfg.sink == "mqtt"
+                            else None)
 
     # -- state others look at ------------------------------------------------
     @property
@@ -154,6 +159,9 @@ class FogService(Service):
             self.screen.restore(self.journal)
             stack.callback(self.screen.checkpoint_at_stop, self.journal)   # before the journal closes
         self.outbox.restored(len(self.journal.unsent()))
+        if self.unconfirmed is not None:
+            for key in self.journal.unconfirmed():     # sent before a restart: each waits anew
+                self.unconfirmed.sent(key, time.monotonic())
         self.closer = WindowCloser(self.cfg, journal=self.journal, metrics=self.metrics, counters=self.counters,
                                    outbox=self.outbox, gate=self.gate, leader=self.leader)
         if self.cfg.metrics_port is not None:
@@ -180,11 +188,14 @@ class FogService(Service):
 
     def tasks(self):
         receipts = [self._send_receipts()] if self.cfg.receipt_every_s > 0 else []
+        receipts += [self._resend_unconfirmed()] if self.unconfirmed is not None else []
         return [self._ingest(), self._close_loop(), self.forwarder.run()] + receipts + (
             self.leader.tasks() if self.leader else [])
 
     def subscriptions(self) -> list[tuple[str, int]]:
         subs = [(topics.reports_filter(r), 1) for r in self.cfg.regions] + [(topics.CONTROL_TOPIC, 1)]
+        if self.unconfirmed is not None:
+            subs += [(topics.window_receipts_topic(r), 1) for r in self.cfg.regions]
         if self.leader is not None and self.cfg.sink == "mqtt":
             subs += self.leader.subscriptions()      # the helper answers over the same transport
         return subs
@@ -259,6 +270,9 @@ class FogService(Service):
             if msg.topic == topics.CONTROL_TOPIC:
                 self._control(msg)
                 after.append((None, "", None, msg))
+                continue
+            if msg.topic.startswith(topics.WINDOW_RECEIPTS_PREFIX):
+                after.append(self._window_receipt(msg))
                 continue
             if self.leader is not None and self.leader.is_reply(msg.topic):
                 try:
@@ -424,4 +438,43 @@ class FogService(Service):
     def _mark_sent(self, row: tuple[str, int, str, int]) -> None:
         self.journal.mark_sent(row[0], row[1], row[3])
         self.outbox.sent()
+        if self.unconfirmed is not None:
+            self.unconfirmed.sent((row[0], row[1], row[3]), time.monotonic())
+
+    # -- the fusion center's receipts for forwarded windows (fog_shuffler.window_receipts) ----------
+    def _window_receipt(self, msg) -> tuple[str | None, str, None, object]:  # noqa: ANN001
+        """Mark the windows the fusion center stored confirmed; an entry of the batch's `after`."""
+        region = msg.topic[len(topics.WINDOW_RECEIPTS_PREFIX):]
+        try:
+            receipt = WindowReceipt.model_validate_json(msg.payload)
+        except ValueError as err:
+            return "receipt_invalid", str(err).replace("\n", " ")[:200], None, msg
+        if self.unconfirmed is None or region not in self.cfg.regions:
+            return None, "", None, msg
+        keys = [(region, t, rev) for t, rev in receipt.kept]
+        self.journal.mark_confirmed(keys)
+        self.unconfirmed.confirm(keys)
+        return None, "", None, msg
+
+    async def _resend_unconfirmed(self) -> None:
+        """Windows the fusion center did not confirm in time go back to the outbox, the same bytes."""
+        while True:
+            wait = self.unconfirmed.next_due_s(time.monotonic())
+            await asyncio.sleep(min(1.0, wait) if wait is not None else 1.0)
+            due = self.unconfirmed.due(time.monotonic())
+            if not due or self.storage.down:
+                for key in due:
+                    self.unconfirmed.sent(key, time.monotonic())     # the journal is down: try again later
+                continue
+            try:
+                again = self.journal.mark_unsent(due)
+            except StorageError as err:
+                self.storage.failed(err)
+                continue
+            self.unconfirmed.forget([k for k in due if k not in set(again)])
+            if again:
+                log.info("fog sends %d windows again: the fusion center did not confirm them (oldest t=%d)",
+                         len(again), again[0][1])
+                for _ in again:
+                    self.outbox.added()
 

@@ -46,7 +46,7 @@ from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
 from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.prio3 import is_prio3_message
-from rase_common.protocol.window import WindowMessage
+from rase_common.protocol.window import WindowMessage, WindowReceipt
 from rase_common.quarantine import Quarantine
 from rase_common.service import Service
 
@@ -215,11 +215,13 @@ class FusionService(Service):
         now_t = schedule.t_of(now)
         oldest_t = schedule.t_of(now - self.cfg.max_window_age_s)
         fresh, revises, too_late = [], [], 0
+        decided: dict[str, list[tuple[int, int]]] = {}     # region -> (t, rev) stored or decided: the fog's receipt
         for w, r in valid:
             if w.region not in self.merger.known:
                 invalid.append(("unknown_region", f"region {w.region!r} is not one of {sorted(self.merger.known)}",
                                 r))
                 continue
+            decided.setdefault(w.region, []).append((w.t, w.revision))
             if not oldest_t <= w.t <= now_t + 2:
                 invalid.append(("t_implausible", f"t={w.t} is not within [{oldest_t}, {now_t + 2}]", r))
                 continue
@@ -248,8 +250,24 @@ class FusionService(Service):
             else:
                 self.metrics.duplicates.inc()
         self.source.ack(got)
+        self._confirm_windows(decided)
         if fresh:
             self.due.set()
+
+    def _confirm_windows(self, decided: dict[str, list[tuple[int, int]]]) -> None:
+        """After the commit: tell each region's fog which of its windows are stored (or decided), so it stops
+        keeping them unconfirmed (fog_shuffler.window_receipts; issue 29). Best effort: a receipt lost is a
+        window the fog sends again, a duplicate here."""
+        if self.link is None or self.cfg.source != "mqtt" or self._source is not None or not decided:
+            return
+        for region, kept in decided.items():
+            for i in range(0, len(kept), 1000):
+                payload = WindowReceipt(kept=kept[i:i + 1000]).model_dump_json()
+                try:
+                    self.link.publish_nowait(topics.window_receipts_topic(region), payload).add_done_callback(
+                        lambda f: f.cancelled() or f.exception())
+                except Exception as err:  # noqa: BLE001 - the fog sends the window again; intake goes on
+                    log.debug("window receipt to %s not sent: %s", region, err)
 
     def _revise_horizon_t(self) -> int:
         schedule = self.precision.schedule()

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from fusion_center.announce.home_assistant import DISCOVERY_PREFIX, discovery_topic
-from rase_common.protocol.topics import CONTROL_TOPIC as CONTROL, PRIO3_VERIFY_PREFIX, fusion_status_topic
+from rase_common.protocol.topics import CONTROL_TOPIC as CONTROL, PRIO3_VERIFY_PREFIX, fusion_status_topic, \
+    window_receipts_topic
 
 HEALTH = "health"     # the broker's healthcheck: reads its $SYS status only
 BROKER_METRICS = "broker-metrics"   # rase broker-metrics: reads $SYS
@@ -83,10 +84,13 @@ def build_acl(fogs: Iterable[FogUsers], *, fusion: str = "fusion-fusion1",
         # Secure aggregation: the helper (fusion) answers the leader (fog) on rase/v1/prio3/verify/{region}.
         lines += [f"topic read {PRIO3_VERIFY_PREFIX}{r}" for r in sorted(fog.regions)]
         # Why the fog rejects a device's reports, on that device's own topic (fog_shuffler.feedback).
-        lines += [f"topic write rase/v1/feedback/{r}/+" for r in sorted(fog.regions)] + [""]
+        lines += [f"topic write rase/v1/feedback/{r}/+" for r in sorted(fog.regions)]
+        # Which of its windows the fusion center stored (fog_shuffler.window_receipts).
+        lines += [f"topic read {window_receipts_topic(r)}" for r in sorted(fog.regions)] + [""]
     lines += [f"user {fusion}"] + [f"topic read rase/v1/windows/{r}" for r in regions]
     lines += [f"topic readwrite {CONTROL}", "topic readwrite rase/v1/aggregates/#"]
     lines += [f"topic write {PRIO3_VERIFY_PREFIX}{r}" for r in regions]
+    lines += [f"topic write {window_receipts_topic(r)}" for r in regions]
     lines += [f"topic readwrite {status}", f"topic readwrite {discovery}", ""]
     for s in subscribers:
         lines += [f"user {s}", "topic read rase/v1/aggregates/#", f"topic read {CONTROL}", f"topic read {status}",

@@ -108,10 +108,10 @@ class FleetTransport:
             for core in self.cores:
                 box = core.outbox
                 while len(box) and self.inflight < self.max_inflight:
-                    topic, payload = box.pop()
-                    info = self.client.publish(topic, payload, qos=1)
+                    item = box.pop()       # (topic, payload, t); a simulated fleet awaits no receipts
+                    info = self.client.publish(item[0], item[1], qos=1)
                     if info.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):
-                        box.push_front((topic, payload))
+                        box.push_front(item)
                         return sent
                     self.published += 1
                     sent += 1

@@ -19,6 +19,8 @@ PRIO3_VERIFY_PREFIX = "rase/v1/prio3/verify/"
 PRIO3_VERIFY_FILTER = PRIO3_VERIFY_PREFIX + "+"
 KAFKA_PRIO3_VERIFY_TOPIC = "rase.prio3.verify"
 FEEDBACK_PREFIX = "rase/v1/feedback/"
+# The fusion center to a region's fog: the windows it stored (rase_common.protocol.window.WindowReceipt).
+WINDOW_RECEIPTS_PREFIX = "rase/v1/windows-kept/"
 
 
 def fusion_status_topic(name: str) -> str:
@@ -34,6 +36,11 @@ def reports_filter(region: str) -> str:
 
 def windows_topic(region: str) -> str:
     return f"{WINDOWS_PREFIX}{region}"
+
+
+def window_receipts_topic(region: str) -> str:
+    """Where the fusion center tells region's fog which of its windows it stored."""
+    return f"{WINDOW_RECEIPTS_PREFIX}{region}"
 
 
 def prio3_verify_topic(region: str) -> str:
@@ -59,4 +66,4 @@ __all__ = ["CONTROL_TOPIC", "report_topic", "status_topic", "feedback_topic", "r
            "aggregate_topic", "parse_report_topic", "fusion_status_topic", "REPORTS_PREFIX", "WINDOWS_PREFIX",
            "WINDOWS_FILTER", "AGGREGATES_PREFIX", "AGGREGATES_FILTER", "AGGREGATE_LATEST_TOPIC", "STATUS_FILTER",
            "FEEDBACK_PREFIX", "PRIO3_VERIFY_PREFIX", "PRIO3_VERIFY_FILTER", "KAFKA_PRIO3_VERIFY_TOPIC",
-           "prio3_verify_topic"]
+           "prio3_verify_topic", "WINDOW_RECEIPTS_PREFIX", "window_receipts_topic"]

@@ -24,7 +24,7 @@ the estimators or the store.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator, model_validator
 
@@ -141,3 +141,17 @@ class WindowMessage(BaseModel):
 
     def topic(self) -> str:
         return windows_topic(self.region)
+
+
+class WindowReceipt(BaseModel):
+    """The fusion center to one region's fog, on rase/v1/windows-kept/{region},
+    after the commit that stored (or decided: a duplicate, a quarantined or a
+    too-late window) these windows: [t, revision] of each. The fog keeps a
+    forwarded window unconfirmed until it is listed here and sends it again
+    otherwise (fog_shuffler.window_receipts): the broker's PUBACK is not the
+    fusion center's (a broker crash, or a clean connection that wipes the
+    fusion center's session, loses what it routed). Nothing about devices."""
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    v: Literal[1] = 1
+    kept: list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]] = Field(min_length=1,
+                                                                                         max_length=1000)

@@ -14,6 +14,13 @@ packets over a plain socket (simulators.loadgen), in a process of its own,
 so neither Python's GIL nor the test's threads slow it down
 (`python -m simulators.faults.load SPEC_JSON`: progress lines on stdout,
 the result as the last line).
+
+With `receipts` (issue 29), the generator does what a device's outbox does
+(rase_device.outbox): it subscribes to the devices' feedback topics, keeps
+each report the broker acknowledged until the fog's receipt names it, and
+sends it again after a reconnect or `confirm_s` without one. `acked` then
+counts the reports the fog receipted (journaled), `pubacked` those the
+broker acknowledged.
 """
 
 from __future__ import annotations
@@ -51,6 +58,8 @@ class LoadSpec:
     spread: float = 0.8           # the reports of a period go out within its first `spread`
     client_id: str = "chaos-devices"
     host: str = "127.0.0.1"
+    receipts: bool = False        # keep each report until the fog's receipt (rase_device.outbox)
+    confirm_s: float = 5.0        # ... sending it again this long after its PUBACK without one
 
     @property
     def per_t(self) -> int:
@@ -78,6 +87,9 @@ def device_name(region: str, i: int) -> str:
 @dataclass
 class LoadResult:
     acked: dict[int, int] = field(default_factory=dict)       # t -> distinct reports acknowledged
+    pubacked: int = 0             # distinct reports the broker acknowledged (with receipts: before the fog's)
+    receipts: int = 0             # receipt messages read
+    resent_unconfirmed: int = 0   # reports sent again for want of a receipt
     scheduled: int = 0
     published: int = 0            # PUBLISH packets written (resends included)
     resent: int = 0
@@ -96,6 +108,9 @@ class Generator:
         self.stop = stop
         self.result = LoadResult(scheduled=spec.per_t * (spec.t_last - spec.t_first + 1))
         self.acked: dict[int, bytearray] = {t: bytearray(spec.per_t) for t in range(spec.t_first, spec.t_last + 1)}
+        self.pubacked: dict[int, bytearray] = {t: bytearray(spec.per_t) for t in range(spec.t_first, spec.t_last + 1)}
+        self.awaiting: dict[tuple[int, int], float] = {}     # (t, k) acknowledged by the broker -> when
+        self.swept = 0.0
         self.pending: collections.deque[tuple[int, int]] = collections.deque()   # (t, k) to write, oldest first
         self.inflight: dict[int, tuple[int, int]] = {}                             # mid -> (t, k)
         self.next_due = (spec.t_first, 0)
@@ -123,6 +138,16 @@ class Generator:
         except (OSError, RuntimeError):
             self.sock = None
             return False
+        if self.spec.receipts:
+            # The devices' feedback topics, QoS 0 (a lost receipt is a report sent again); SUBACK read in _read.
+            topic = b"rase/v1/feedback/#"
+            body = (1).to_bytes(2, "big") + len(topic).to_bytes(2, "big") + topic + b"\x00"
+            self.sock.sendall(b"\x82" + bytes([len(body)]) + body)
+            # What the broker acknowledged before the link went may be lost with it (a crash): again.
+            again = sorted(self.awaiting)
+            self.awaiting.clear()
+            self.result.resent_unconfirmed += len(again)
+            self.pending.extendleft(reversed(again))
         self.sock.setblocking(False)
         self.buf = b""
         return True
@@ -171,22 +196,91 @@ class Generator:
         if not data:
             raise ConnectionResetError("the broker closed the connection")
         self.buf += data
-        n = len(self.buf) // 4 * 4
-        for i in range(0, n, 4):
-            if self.buf[i] != 0x40:        # only PUBACKs come back (no subscriptions, no pings)
-                raise ConnectionError(f"unexpected packet type {self.buf[i]:#x} from the broker")
-            mid = int.from_bytes(self.buf[i + 2:i + 4], "big")
-            tk = self.inflight.pop(mid, None)
-            if tk is not None:
-                t, k = tk
-                if not self.acked[t][k]:
-                    self.acked[t][k] = 1
-                    self.result.acked[t] = self.result.acked.get(t, 0) + 1
-        self.buf = self.buf[n:]
+        if not self.spec.receipts:
+            n = len(self.buf) // 4 * 4
+            for i in range(0, n, 4):
+                if self.buf[i] != 0x40:        # only PUBACKs come back (no subscriptions, no pings)
+                    raise ConnectionError(f"unexpected packet type {self.buf[i]:#x} from the broker")
+                self._puback(int.from_bytes(self.buf[i + 2:i + 4], "big"))
+            self.buf = self.buf[n:]
+            return
+        pos, buf = 0, self.buf
+        while True:                        # PUBACKs, the SUBACK and QoS 0 receipts
+            if len(buf) - pos < 2:
+                break
+            length, shift, i = 0, 0, pos + 1
+            while i < len(buf) and buf[i] & 0x80:
+                length |= (buf[i] & 0x7F) << shift
+                shift, i = shift + 7, i + 1
+            if i >= len(buf):
+                break
+            length |= buf[i] << shift
+            start = i + 1
+            if len(buf) < start + length:
+                break
+            kind = buf[pos] & 0xF0
+            if kind == 0x40:
+                self._puback(int.from_bytes(buf[start:start + 2], "big"))
+            elif kind == 0x30:
+                tlen = int.from_bytes(buf[start:start + 2], "big")
+                self._receipt(buf[start + 2:start + 2 + tlen].decode(), buf[start + 2 + tlen:start + length])
+            elif kind != 0x90:
+                raise ConnectionError(f"unexpected packet type {buf[pos]:#x} from the broker")
+            pos = start + length
+        self.buf = buf[pos:]
+
+    def _puback(self, mid: int) -> None:
+        tk = self.inflight.pop(mid, None)
+        if tk is None:
+            return
+        t, k = tk
+        if not self.pubacked[t][k]:
+            self.pubacked[t][k] = 1
+            self.result.pubacked += 1
+        if not self.spec.receipts:
+            self._kept(t, k)
+        elif not self.acked[t][k]:
+            self.awaiting[tk] = time.monotonic()
+
+    def _kept(self, t: int, k: int) -> None:
+        if not self.acked[t][k]:
+            self.acked[t][k] = 1
+            self.result.acked[t] = self.result.acked.get(t, 0) + 1
+
+    def _receipt(self, topic: str, payload: bytes) -> None:
+        # rase/v1/feedback/{region}/{region}d{i:05d} (device_name)
+        parts = topic.split("/")
+        if len(parts) != 5 or parts[3] not in self.spec.regions:
+            return
+        region = parts[3]
+        try:
+            k = int(parts[4][len(region) + 1:]) * len(self.spec.regions) + self.spec.regions.index(region)
+            msg = json.loads(payload)
+        except ValueError:
+            return
+        if "kept" not in msg:
+            return
+        self.result.receipts += 1
+        for t in msg["kept"]:
+            if t in self.acked:
+                self.awaiting.pop((t, k), None)
+                self._kept(t, k)
+
+    def _resend_unconfirmed(self) -> None:
+        """Acknowledged by the broker, no receipt within confirm_s: sent again (the fog drops the repeat)."""
+        now = time.monotonic()
+        if not self.spec.receipts or now - self.swept < 0.25:
+            return
+        self.swept = now
+        due = sorted(tk for tk, at in self.awaiting.items() if now - at >= self.spec.confirm_s)
+        for tk in due:
+            del self.awaiting[tk]
+        self.result.resent_unconfirmed += len(due)
+        self.pending.extendleft(reversed(due))
 
     # -- the loop --------------------------------------------------------------------
     def done(self) -> bool:
-        return self._all_released() and not self.pending and not self.inflight
+        return self._all_released() and not self.pending and not self.inflight and not self.awaiting
 
     def run_until_done(self, progress=None) -> LoadResult:  # noqa: ANN001 - called with the acked count
         backoff = 0.1
@@ -197,6 +291,7 @@ class Generator:
                 progress(self.result.total_acked)
                 said = now
             self._release_due(now)
+            self._resend_unconfirmed()
             if self.sock is None:
                 if not self._connect():
                     time.sleep(backoff)
@@ -205,8 +300,8 @@ class Generator:
                 backoff = 0.1
             try:
                 self._write(now)
-                wait = max(0.0, min(0.01, self.spec.due_at(*self.next_due) - time.time())) \
-                    if not self.pending else 0.0
+                wait = 0.0 if self.pending else 0.01 if self._all_released() else \
+                    max(0.0, min(0.01, self.spec.due_at(*self.next_due) - time.time()))
                 readable, _, _ = select.select([self.sock], [], [], wait)
                 if readable:
                     self._read()

@@ -131,7 +131,7 @@ def window_reports(dep: Deployment, cores: list[AgentCore], readings: list[float
     out = []
     for core, x in zip(cores, readings):
         assert core.step(x, now) is not None, core.status
-        out.append(core.outbox.pop())
+        out.append(core.outbox.pop()[:2])
     return out
 
 

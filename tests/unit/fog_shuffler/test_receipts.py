@@ -68,3 +68,39 @@ def test_the_device_refuses_what_the_model_refuses(payload):
 
 def test_other_feedback_is_not_a_receipt():
     assert wire.parse_receipt(b'{"v":1,"reason":"unknown_device","detail":"","rejected":1}') is None
+
+
+# -- windows the fusion center has not confirmed (fog_shuffler.window_receipts) -------------
+
+def test_an_unconfirmed_window_goes_out_again_waiting_twice_as_long_each_time():
+    from fog_shuffler.window_receipts import Unconfirmed
+    u = Unconfirmed(10.0, max_s=25.0)
+    u.sent(("r1", 5, 0), 100.0)
+    u.sent(("r1", 6, 0), 101.0)
+    assert u.confirm([("r1", 6, 0), ("r1", 9, 0)]) == 1
+    assert u.due(109.9) == [] and u.next_due_s(109.0) == 1.0
+    assert u.due(110.0) == [("r1", 5, 0)] and len(u) == 0
+    u.sent(("r1", 5, 0), 111.0)                   # its PUBACK again
+    assert u.due(130.9) == [] and u.due(131.0) == [("r1", 5, 0)]
+    u.sent(("r1", 5, 0), 131.0)
+    assert u.due(155.9) == [] and u.due(156.0) == [("r1", 5, 0)]      # capped at 25 s
+    u.forget([("r1", 5, 0)])
+    assert len(u) == 0 and u.next_due_s(0.0) is None and u.resent == 3 and u.confirmed == 1
+
+
+def test_the_journal_keeps_a_window_unconfirmed_until_the_receipt(tmp_path):
+    from fog_shuffler.journal import Journal
+    j = Journal(tmp_path / "fog.sqlite")
+    for t in (1, 2, 3):
+        j.close_window("r1", t, f'{{"t":{t}}}')
+    for t in (1, 2, 3):
+        j.mark_sent("r1", t)
+    j.mark_confirmed([("r1", 2, 0)])
+    assert j.unsent() == [] and j.unconfirmed() == [("r1", 1, 0), ("r1", 3, 0)]
+    assert j.mark_unsent([("r1", 1, 0), ("r1", 2, 0)]) == [("r1", 1, 0)]   # a confirmed one stays confirmed
+    assert [row[1] for row in j.unsent()] == [1]
+    j.mark_confirmed([("r1", 1, 0)])                   # confirmed while it was being sent again
+    j.mark_sent("r1", 1)
+    assert j.unconfirmed() == [("r1", 3, 0)]
+    j.prune(10)
+    assert j.unconfirmed() == [] and j.unsent() == []

@@ -20,7 +20,7 @@ REFUSED = ReasonCode(PacketTypes.SUBACK, identifier=0x80)
 
 def fog(tmp_path) -> FogService:
     cfg = FogConfig.load(None, name="sub", regions={"r1": {"devices": ["a"]}, "r2": {"devices": ["b"]}},
-                         journal_path=tmp_path / "fog.sqlite")
+                         journal_path=tmp_path / "fog.sqlite", window_confirm_s=0)   # its filters: the reports
     service = FogService(cfg)
     service.link = service.make_link()     # not started: its SUBACK handler is called directly
     return service

@@ -29,16 +29,19 @@ def test_each_fog_and_device_gets_exactly_its_own_topics():
                            fusion="fusion-x", subscribers=["dash", "ha"]))
     assert acl["fog-a"] == ["topic read rase/v1/reports/r1/+", "topic read rase/v1/control/precision",
                             "topic write rase/v1/windows/r1", "topic read rase/v1/prio3/verify/r1",
-                            "topic write rase/v1/feedback/r1/+"]
+                            "topic write rase/v1/feedback/r1/+", "topic read rase/v1/windows-kept/r1"]
     assert acl["fog-b"] == ["topic read rase/v1/reports/r2/+", "topic read rase/v1/reports/r3/+",
                             "topic read rase/v1/control/precision", "topic write rase/v1/windows/r2",
                             "topic write rase/v1/windows/r3", "topic read rase/v1/prio3/verify/r2",
                             "topic read rase/v1/prio3/verify/r3", "topic write rase/v1/feedback/r2/+",
-                            "topic write rase/v1/feedback/r3/+"]
+                            "topic write rase/v1/feedback/r3/+", "topic read rase/v1/windows-kept/r2",
+                            "topic read rase/v1/windows-kept/r3"]
     assert acl["fusion-x"][:3] == ["topic read rase/v1/windows/r1", "topic read rase/v1/windows/r2",
                                    "topic read rase/v1/windows/r3"]
     # Secure aggregation: the helper answers each region's leader on that region's verify topic only.
-    assert acl["fusion-x"][-5:-2] == [f"topic write rase/v1/prio3/verify/{r}" for r in ("r1", "r2", "r3")]
+    assert acl["fusion-x"][-8:-5] == [f"topic write rase/v1/prio3/verify/{r}" for r in ("r1", "r2", "r3")]
+    # It tells each region's fog which of its windows it stored (fog_shuffler.window_receipts).
+    assert acl["fusion-x"][-5:-2] == [f"topic write rase/v1/windows-kept/{r}" for r in ("r1", "r2", "r3")]
     assert acl["fusion-x"][-2:] == ["topic readwrite rase/v1/fusion/x/status",
                                     "topic readwrite homeassistant/device/rase_x/config"]
     # A device reads only its own feedback topic, in its own region.

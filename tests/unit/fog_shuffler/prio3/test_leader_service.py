@@ -39,7 +39,7 @@ def test_the_leader_inside_the_fog_service(tmp_path):
         await settle()
         for core in cores[:2]:                                   # t = 10: two reports, k_min 3
             core.step(50.0, clock.now())
-            source.put(*core.outbox.pop())
+            source.put(*core.outbox.pop()[:2])
         await settle()
         assert fog.leader.journal.has_reports("r1", 10)
         clock.set(8.0 * 20 + 1)                                  # t = 20: four reports, one nonce repeated
@@ -47,7 +47,7 @@ def test_the_leader_inside_the_fog_service(tmp_path):
         reports = []
         for core, x in zip(cores[:4], (10.0, 20.0, 30.0, 40.0)):
             core.step(x, clock.now())
-            reports.append(core.outbox.pop())
+            reports.append(core.outbox.pop()[:2])
             source.put(*reports[-1])
         source.put(topics.report_topic("r1", DEVICES[4]), reports[0][1])     # another device, the same report
         await settle()
