@@ -12,9 +12,9 @@ Late data is data: a report whose window has closed, but whose t is within
 `late_periods` periods of that close (the allowed lateness, minutes rather
 than one period: a device's outbox delivers what it queued through an
 outage), opens a late batch for that t, revision 1, 2, ... A late batch is a
-window like any other: it closes at the first period boundary after it has
-k_min reports (or, short of them, is suppressed when the allowed lateness
-ends), it is shuffled on its own, and only its reports go out; the fusion
+window like any other: it closes once it has k_min reports and has been
+open as long as a window is (1 + lateness_periods periods), or, short of
+k_min, is suppressed when the allowed lateness ends; it is shuffled on its own, and only its reports go out; the fusion
 center publishes a revised aggregate. Reports past the allowed lateness are
 counted as late, never as hostile input. A device counts once per t across
 the window and its late batches (`seen`).
@@ -134,8 +134,11 @@ class WindowManager:
                 start = t if w.opened_at_t is None else max(t, w.opened_at_t)
                 if now_t >= start + 1 + self.lateness or self.complete(region, t):
                     out.append((region, t))
-            elif (len(w.reports) >= self.k_min and now_t > w.opened_at_t) or t < self.horizon_t(now_t) + 1 \
-                    or self.complete(region, t):
+            # A late batch stays open as long as a window does (issue 29): reports that devices send again
+            # together, spread over a second or two, go out in one batch, not in one and a straggler short
+            # of k_min that is suppressed when the allowed lateness ends.
+            elif (len(w.reports) >= self.k_min and now_t >= w.opened_at_t + 1 + self.lateness) \
+                    or t < self.horizon_t(now_t) + 1 or self.complete(region, t):
                 out.append((region, t))
         return sorted(out, key=lambda k: (k[1], k[0]))
 

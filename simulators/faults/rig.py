@@ -115,7 +115,7 @@ class Observer:
 
     def __init__(self, port: int):
         self.lock = threading.Lock()
-        self.windows: dict[tuple[str, int], list[bytes]] = defaultdict(list)
+        self.windows: dict[tuple[str, int, int], list[bytes]] = defaultdict(list)
         self.aggregates: dict[int, list[bytes]] = defaultdict(list)
         self.subscribed = threading.Event()
         self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"chaos-observer-{uuid.uuid4().hex[:6]}",
@@ -137,7 +137,8 @@ class Observer:
             return
         with self.lock:
             if msg.topic.startswith("rase/v1/windows/"):
-                self.windows[(body.get("region"), body.get("t"))].append(bytes(msg.payload))
+                # Per revision: a late batch is a second window of (region, t), not a second shuffle.
+                self.windows[(body.get("region"), body.get("t"), body.get("revision", 0))].append(bytes(msg.payload))
             else:
                 self.aggregates[body.get("t")].append(bytes(msg.payload))
 
@@ -358,7 +359,7 @@ class Pipeline:
             if acked != n:
                 a.short_t[t] = (acked, n)
         with self.observer.lock:
-            for (_region, t), payloads in self.observer.windows.items():
+            for (_region, t, _rev), payloads in self.observer.windows.items():
                 if load.t_first <= t <= load.t_last:
                     a.windows_reshuffled += len(set(payloads)) > 1
                     a.windows_resent += len(payloads) > len(set(payloads))

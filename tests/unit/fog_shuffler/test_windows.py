@@ -138,6 +138,20 @@ def test_late_reports_make_a_late_batch_that_waits_for_k_min_and_a_period_bounda
     assert m.add(rep("d7", 5), 10) == Outcome.ACCEPTED and m.open[("r1", 5)].revision == 2
 
 
+def test_a_late_batch_stays_open_as_long_as_a_window_so_reports_sent_again_together_go_out_together():
+    """Issue 29: resent reports spread over a period boundary made a batch and a straggler below k_min."""
+    m = late_wm(lateness_periods=2)
+    for d in ("d1", "d2", "d3"):
+        m.add(rep(d, 5), 5)
+    m.close("r1", 5)
+    for d in ("d4", "d5", "d6"):
+        m.add(rep(d, 5), 9)
+    assert m.due(10) == [] and m.due(11) == []                   # open since t = 9: 1 + 2 periods
+    m.add(rep("d7", 5), 11)                                      # the straggler joins the batch
+    assert m.due(12) == [("r1", 5)]
+    assert sorted(m.close("r1", 5).devices) == ["d4", "d5", "d6", "d7"]
+
+
 def test_a_late_batch_short_of_k_min_is_suppressed_when_the_allowed_lateness_ends():
     m = late_wm()
     m.add(rep("d1", 5), 5)
