@@ -34,7 +34,7 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 from urllib.parse import urlparse
 
 import paho.mqtt.client as mqtt
@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rase_common.settings import read_secret
 
-from rase_common.errors import Backoff, Outage, TransportError
+from rase_common.errors import Backoff, ConfigError, Outage, TransportError
 from rase_common.loop import within
 
 log = logging.getLogger(__name__)
@@ -483,6 +483,20 @@ def publish_properties(*, expiry_s: int | None = None, content_type: str | None 
     return props
 
 
+SHARED_PREFIX = "$share/"
+
+
+def check_not_shared(subscriptions: Iterable[tuple[str, int]]) -> None:
+    """A service must see every message of its filters: on a shared
+    subscription ($share/group/filter) the broker gives each member only some
+    of them, so three fogs in one group would each close a third of every
+    window (issue 29). Refused with ConfigError."""
+    shared = [f for f, _ in subscriptions if f.startswith(SHARED_PREFIX)]
+    if shared:
+        raise ConfigError(f"shared subscription {shared[0]!r}: a service must receive every message of its "
+                          "filters, not a share of them (a window would be split across the group's members)")
+
+
 class MqttLink:
     """One service's connection to its broker, for asyncio code.
 
@@ -509,6 +523,7 @@ class MqttLink:
         self.mqtt5 = mqtt5                # MQTT 5: publishes may carry properties (expiry, content type)
         self.client_id = client_id
         self.subscriptions = list(subscriptions)
+        check_not_shared(self.subscriptions)
         self.clean_session = clean_session
         self.manual_ack = manual_ack
         self.wakeup = wakeup or (lambda: None)

@@ -28,6 +28,7 @@ class Outbox:
         self._items = []          # (topic, payload, t), oldest first
         self._awaiting = []       # [t, (topic, payload, t), handed at], oldest first
         self._waits = {}          # t -> how long a re-sent report waits for its receipt this time
+        self._early = []          # receipted before the transport handed them here (its PUBACK came later)
         self.dropped = 0
         self.resent = 0           # reports handed to the broker again for want of a receipt
         self.kept = 0             # reports the fog's receipts confirmed
@@ -70,6 +71,10 @@ class Outbox:
         itself): kept until the fog's receipt when receipts are on."""
         if not self.confirm_s or not isinstance(item, tuple) or len(item) < 3:
             return
+        if item[2] in self._early:          # the fog's receipt overtook the broker's PUBACK
+            self._early.remove(item[2])
+            self.kept += 1
+            return
         for entry in self._awaiting:
             if entry[0] == item[2]:
                 entry[2] = now
@@ -86,9 +91,18 @@ class Outbox:
             kept[t] = True
             self._waits.pop(t, None)
         before = len(self._awaiting)
+        found = {}
+        for e in self._awaiting:
+            if e[0] in kept:
+                found[e[0]] = True
         self._awaiting = [e for e in self._awaiting if e[0] not in kept]
         # One re-queued and receipted meanwhile needs no second hand-off.
         self._items = [i for i in self._items if not isinstance(i, tuple) or len(i) < 3 or i[2] not in kept]
+        # One not yet handed here (the receipt came before the transport saw its PUBACK): remembered, a few.
+        for t in ts:
+            if t not in found and t not in self._early:
+                self._early.append(t)
+        del self._early[:-16]
         n = before - len(self._awaiting)
         self.kept += n
         return n

@@ -102,6 +102,12 @@ class ServiceThread:
         if self.error is not None:
             raise self.error
 
+    def __enter__(self) -> "ServiceThread":
+        return self
+
+    def __exit__(self, *exc) -> None:  # noqa: ANN002
+        self.stop()
+
 
 def recent_epoch0(period_s: float = 8.0, now_t: int = 1000) -> float:
     """An epoch0 that makes the wall clock's t now_t: a test's small t

@@ -154,3 +154,12 @@ def test_a_receipt_on_the_feedback_topic_confirms_reports_and_counts_late_ones(t
 def test_topic_unsafe_names_refused(tmp_path, name):
     with pytest.raises(ValueError, match="device"):
         AgentCore(device=name, region="r1", eps=1.0, ledger=None, calibration=Calibration())
+
+
+def test_a_receipt_that_overtakes_the_brokers_puback_still_counts():
+    box = Outbox(10, confirm_s=5)
+    box.put(_report(7))
+    item = box.pop()
+    assert box.confirm([7]) == 0          # the fog's receipt came first
+    box.handed(item, now=0.0)             # then the transport saw the PUBACK
+    assert box.awaiting == 0 and box.kept == 1 and box.resend_due(1e9) == 0
