@@ -7,13 +7,14 @@ takeover), the healthcheck works, and a 100 MB publish is refused."""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.shipped import ShippedMosquitto, TlsClient, compose, run_deployment_steps
+from tests.integration.shipped import ROOT, ShippedMosquitto, TlsClient, compose, run_deployment_steps
 
 pytestmark = pytest.mark.integration
 
@@ -177,3 +178,64 @@ def test_the_compose_healthcheck_command_passes_on_the_loopback_listener(broker,
     # Another user with the health password is refused: the check needs the health user's own.
     bad = subprocess.run(["sh", "-c", cmd.replace("-u health", "-u h1a1")], capture_output=True, timeout=20)
     assert bad.returncode != 0
+
+
+def _idle_connections(port: int, n: int) -> list[socket.socket]:
+    """TCP connections that never send CONNECT (nor a TLS ClientHello)."""
+    out = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.settimeout(0.05)
+        out.append(s)
+    return out
+
+
+def _closed_by_broker(socks: list[socket.socket], wait_s: float) -> int:
+    deadline = time.monotonic() + wait_s
+    closed: set[int] = set()
+    while time.monotonic() < deadline:
+        for i, s in enumerate(socks):
+            if i in closed:
+                continue
+            try:
+                if s.recv(1) == b"":
+                    closed.add(i)
+            except TimeoutError:
+                pass
+            except OSError:
+                closed.add(i)
+    return len(closed)
+
+
+def test_connections_that_never_send_connect_are_bounded_per_listener(deployment, tmp_path):
+    """Issue 29, item 6: Mosquitto 2.0 keeps a connection that never sends CONNECT open for good, so the
+    shipped config bounds each listener's connections (max_connections); past the bound the broker closes
+    a new connection at once. The shipped file as it is, with the TLS listener's bound scaled down
+    (10,000 sockets do not fit a test process's open-file limit) and its ports adjusted."""
+    conf = (ROOT / "configs/mosquitto/mosquitto.conf").read_text()
+    bounds = [int(m) for m in re.findall(r"^max_connections (\d+)$", conf, re.M)]
+    assert len(bounds) == 2 and all(0 < b <= 10_000 for b in bounds)
+    nofile = compose()["services"]["mosquitto"]["ulimits"]["nofile"]
+    assert nofile["soft"] > sum(bounds) + 100      # the broker, not the kernel, says no
+    b = ShippedMosquitto(deployment, tmp_path / "mq")
+    b.conf_path.write_text(b.conf_path.read_text().replace("max_connections 10000\n", "max_connections 40\n", 1))
+    b.start()
+    try:
+        first = _idle_connections(b.tls_port, 40)
+        assert _closed_by_broker(first, 2.0) == 0                      # within the bound: kept (no timeout)
+        extra = _idle_connections(b.tls_port, 10)
+        assert _closed_by_broker(extra, 3.0) == 10                     # past it: closed at once
+        assert _closed_by_broker(first, 0.5) == 0
+        local = _idle_connections(b.local_port, bounds[1] + 5)         # the loopback listener's own bound
+        # Bounded too (Mosquitto 2.0.11 lets one more through on this listener than its limit says:
+        # measured, 65 of 69 kept for a bound of 64).
+        closed_local = _closed_by_broker(local, 3.0)
+        assert 4 <= closed_local <= 5, closed_local
+        for s in first + extra + local:
+            s.close()
+        time.sleep(0.5)
+        c = TlsClient(b, "dashboard")                                  # room again for a real client
+        assert c.connected
+        c.close()
+    finally:
+        b.stop()
