@@ -1,8 +1,11 @@
-"""Every fault of issue 18 in sequence under load, with the acknowledged
-against aggregated accounting: real `rase fog` and `rase fusion` processes,
-a real Mosquitto with the shipped config's durability settings, a load
-generator that counts each report the broker acknowledged (PUBACK), and the
-fusion center's store read at the end of each fault.
+"""Every fault of issues 18 and 29 in sequence under load, with the
+acknowledged against aggregated accounting: real `rase fog` and `rase fusion`
+processes, a real Mosquitto with the shipped config's durability settings, a
+load generator that plays the devices' outbox (it keeps each report until the
+fog's receipt says it is journaled, and sends it again after a reconnect or
+5 s without one; simulators.faults.load), and the fusion center's store read
+at the end of each fault. `--puback-only` counts the broker's PUBACK as the
+acknowledgement instead (the devices of before issue 29).
 
     python benchmarks/chaos.py [--rate 3000] [--outage-s 20] [--lateness-periods 1] [--only NAME,...]
                                [--broker-conf configs/mosquitto/mosquitto.conf] [--agents-outage] [--json]
@@ -11,7 +14,8 @@ One pipeline runs the whole sequence (as a deployment would live through
 it); each fault gets its own stretch of timestamps, with a few seconds of
 load before and after the fault, and is accounted on its own:
 
-- acked: distinct reports the broker acknowledged for those timestamps;
+- acked: distinct reports the fog receipted for those timestamps (with
+  --puback-only: that the broker acknowledged);
 - aggregated: the sum of n over their stored aggregates (the newest
   revision, once aggregates carry one);
 - lost = acked - aggregated per t (summed where positive), twice = the
@@ -38,11 +42,22 @@ acknowledgement lost with its link; the fog's link silent for 5 s. The
 agents' 60 s broker outage (issue 18, "late data is data") is a hook, off
 unless --agents-outage: with one period of allowed lateness it can only
 lose the queued reports.
+
+Issue 29's, after them: Mosquitto SIGKILLed 4 times while the fog is a
+second behind (its reports acknowledged and held only in the broker's
+memory); four clean-session connections with the fog's client id (what
+`use_username_as_clientid` makes of an operator's `mosquitto_sub` with the
+fog's user name), and one with the fusion center's while it reconnects;
+1,000 TCP connections that never send CONNECT; 40 MiB retained on two
+report topics and then a fog restart; three subscribers in a `$share`
+group on the fog's report filter; a control message changing the period
+without since_t (then the fusion center's put back).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -188,6 +203,124 @@ def fault_silent_link(ctx: "Chaos") -> dict:
     return {}
 
 
+def fault_broker_kills_fog_behind(ctx: "Chaos") -> dict:
+    """Each kill while the fog is stopped for a second: a second of reports acknowledged and in memory only."""
+    for _ in range(ctx.args.kills):
+        ctx.rig.fog.proc.send_signal(signal.SIGSTOP)
+        time.sleep(1.0)
+        ctx.broker.stop(signal.SIGKILL)
+        ctx.rig.fog.proc.send_signal(signal.SIGCONT)
+        time.sleep(0.5)
+        ctx.broker.start()
+        time.sleep(3.5)
+    return {"kills": ctx.args.kills}
+
+
+def _client(port: int, client_id: str = "", clean: bool = True, v5: bool = False):  # noqa: ANN202
+    import paho.mqtt.client as mqtt
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                    protocol=mqtt.MQTTv5 if v5 else mqtt.MQTTv311, **({} if v5 else {"clean_session": clean}))
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    return c
+
+
+def _clean_session(port: int, client_id: str, hold_s: float) -> None:
+    c = _client(port, client_id)
+    time.sleep(hold_s)
+    c.disconnect()
+    c.loop_stop()
+
+
+def fault_session_takeover(ctx: "Chaos") -> dict:
+    """Four clean sessions with the fog's client id, 1 s each; one with the fusion center's while its link is
+    down (its session, and what was queued in it, discarded)."""
+    for _ in range(4):
+        _clean_session(ctx.broker.port, f"fog-{ctx.rig.name}", 1.0)
+        time.sleep(1.5)
+    ctx.rig.fusion_proxy.refuse()
+    _clean_session(ctx.broker.port, f"fusion-{ctx.rig.name}", 2.0)
+    time.sleep(1.0)
+    ctx.rig.fusion_proxy.forward()
+    return {"fog_resent_windows": ctx.rig.fog.count("fog sends")}
+
+
+def fault_idle_connections(ctx: "Chaos") -> dict:
+    import socket
+    socks = []
+    for _ in range(1000):
+        try:
+            socks.append(socket.create_connection(("127.0.0.1", ctx.broker.port), timeout=5))
+        except OSError:
+            break
+    time.sleep(5.0)
+    for sock in socks:
+        sock.close()
+    return {"idle_connections": len(socks)}
+
+
+def _publish(port: int, topic: str, payload: bytes, retain: bool) -> None:
+    c = _client(port)
+    c.publish(topic, payload, qos=1, retain=retain).wait_for_publish(60)
+    c.disconnect()
+    c.loop_stop()
+
+
+def fault_retained_reports(ctx: "Chaos") -> dict:
+    """40 MiB retained on two devices' report topics, then the fog restarted (it is handed them)."""
+    from simulators.faults.load import device_name
+    topics = [f"rase/v1/reports/r1/{device_name('r1', i)}" for i in (0, 1)]
+    for topic in topics:
+        _publish(ctx.broker.port, topic, b"x" * (40 << 20), retain=True)
+    n = ctx.rig.fog.count("fog subscribed")
+    ctx.rig.fog.stop()
+    ctx.rig.fog.planned_restarts += 1
+    ctx.rig.fog.start()
+    ctx.rig.wait_up(n + 1, 0)
+    time.sleep(2.0)
+    retained = ctx.rig.fog_rejections().get("retained", 0)
+    for topic in topics:
+        _publish(ctx.broker.port, topic, b"", retain=True)
+    return {"retained_ignored": retained}
+
+
+def fault_shared_subscription(ctx: "Chaos") -> dict:
+    got = [0, 0, 0]
+    members = []
+    for i in range(3):
+        c = _client(ctx.broker.port, f"chaos-share-{i}", v5=True)
+        c.on_message = lambda _c, _u, _m, i=i: got.__setitem__(i, got[i] + 1)
+        c.subscribe("$share/fogs/rase/v1/reports/r1/+", 1)
+        members.append(c)
+    time.sleep(6.0)
+    for c in members:
+        c.disconnect()
+        c.loop_stop()
+    return {"share_members_got": got}
+
+
+def fault_schedule_without_since_t(ctx: "Chaos") -> dict:
+    """A retained control message doubling the period without since_t; the fusion center's put back after."""
+    seen: list[bytes] = []
+    c = _client(ctx.broker.port)
+    c.on_message = lambda _c, _u, m: seen.append(bytes(m.payload))
+    c.subscribe("rase/v1/control/precision", 1)
+    time.sleep(1.0)
+    c.disconnect()
+    c.loop_stop()
+    if not seen or not seen[-1]:
+        return {"skipped": "no retained control message"}
+    bad = json.loads(seen[-1])
+    for key in ("since_t", "previous_period_s", "previous_epoch0"):
+        bad.pop(key, None)
+    bad["period_s"] = bad.get("period_s", 1.0) * 2
+    _publish(ctx.broker.port, "rase/v1/control/precision", json.dumps(bad).encode(), retain=True)
+    time.sleep(5.0)
+    refused = ctx.rig.fog_rejections().get("control_refused", 0)
+    _publish(ctx.broker.port, "rase/v1/control/precision", seen[-1], retain=True)
+    return {"control_refused": refused}
+
+
 def fault_agents_outage(ctx: "Chaos") -> dict:
     """HOOK (issue 18, "late data is data"): the devices' broker down for
     60 s; their reports queue (keeping their t) and go out afterwards. Needs
@@ -211,12 +344,21 @@ FAULTS = [  # name, what it is, its timeline
     ("drop_acknowledging", "fog's PUBACK lost with its link", fault_drop_acknowledging),
     ("silent_link", "fog's broker link silent 5 s", fault_silent_link),
     ("agents_outage", "agents' broker down 60 s [hook]", fault_agents_outage),
+    ("broker_kill_fog_behind", "Mosquitto SIGKILL x4, the fog 1 s behind", fault_broker_kills_fog_behind),
+    ("session_takeover", "clean sessions as fog x4 and as fusion", fault_session_takeover),
+    ("idle_connections", "1,000 connections that never send CONNECT", fault_idle_connections),
+    ("retained_reports", "40 MiB retained on 2 report topics, fog restart", fault_retained_reports),
+    ("shared_subscription", "3 subscribers on a $share of the reports", fault_shared_subscription),
+    ("schedule_without_since_t", "control: period x2 without since_t", fault_schedule_without_since_t),
 ]
 EXPECTED_S = {"none": lambda a: a.baseline_s, "broker_kill": lambda a: 5.0 * a.kills, "power_cut": lambda a: 8.0,
               "disk_full": lambda a: a.outage_s, "disk_enospc": lambda a: a.outage_s,
               "disk_read_only": lambda a: a.outage_s,
               "drop_forwarding": lambda a: 6.0, "drop_publishing": lambda a: 6.0,
-              "drop_acknowledging": lambda a: 3.0, "silent_link": lambda a: 5.0, "agents_outage": lambda a: 60.0}
+              "drop_acknowledging": lambda a: 3.0, "silent_link": lambda a: 5.0, "agents_outage": lambda a: 60.0,
+              "broker_kill_fog_behind": lambda a: 5.0 * a.kills, "session_takeover": lambda a: 14.0,
+              "idle_connections": lambda a: 6.0, "retained_reports": lambda a: 12.0,
+              "shared_subscription": lambda a: 7.0, "schedule_without_since_t": lambda a: 7.0}
 
 
 class Chaos:
@@ -256,6 +398,8 @@ class Chaos:
         via_proxy = name == "agents_outage"
         spec = self.rig.load_spec(seconds, port=self.devices_proxy.port if via_proxy else None,
                                   client_id=f"devices-{self.rig.name}-{name}")
+        if not self.args.puback_only:
+            spec = dataclasses.replace(spec, receipts=True, confirm_s=5.0)
         say(f"{name}: {what}; {spec.t_last - spec.t_first + 1} s of load at {spec.rate_per_s:,.0f} reports/s")
         rejected_before = self.rig.rejections_total()
         outages_before = self.rig.fog.count("fog journal unavailable")
@@ -266,6 +410,7 @@ class Chaos:
         notes = timeline(self)
         result = load.result(timeout_s=300)
         self.rig.wait_aggregated(spec, timeout_s=120)
+        _settled(self.rig, result, spec)     # revisions for the late batches of reports sent again
         self.rig.wait_fog_idle()           # its backlog (and its rejections) counted in this fault's row
         account = self.rig.account(result, spec)
         rejected = self.rig.rejections_total() - rejected_before
@@ -279,12 +424,27 @@ class Chaos:
                "restarts_unplanned": self.supervisor.since(t0), "load_finished": result.finished,
                "fog_storage_outages": self.rig.fog.count("fog journal unavailable") - outages_before,
                "load_reconnects": result.reconnects, "seconds_of_load": spec.t_last - spec.t_first + 1,
+               "pubacked": result.pubacked, "resent_unconfirmed": result.resent_unconfirmed,
                "delay_p50_s": delays[len(delays) // 2] if delays else None,
                "delay_max_s": delays[-1] if delays else None, **notes}
         say(f"  acked {row['acked']:,}, aggregated {row['aggregated']:,}, lost {row['lost']:,}, "
             f"twice {row['twice']}, rejected {row['rejected']}, restarts {row['restarts_planned']}+"
             f"{row['restarts_unplanned']}")
         return row
+
+
+def _settled(rig: Pipeline, result, spec, timeout_s: float = 60.0) -> None:  # noqa: ANN001
+    """Until every acknowledged report is in an aggregate, or the stored ones stop changing for 15 s."""
+    deadline, last, since = time.monotonic() + timeout_s, None, time.monotonic()
+    while time.monotonic() < deadline:
+        a = rig.account(result, spec)
+        if a.lost == 0 and not a.missing_t:
+            return
+        if a.aggregated != last:
+            last, since = a.aggregated, time.monotonic()
+        elif time.monotonic() - since > 15.0:
+            return
+        time.sleep(0.5)
 
 
 def table(rows: list[dict], base: dict | None) -> str:
@@ -316,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated fault names to run (the baseline always runs)")
     ap.add_argument("--agents-outage", action="store_true",
                     help="also run the hook for the agents' 60 s broker outage (needs late-data support)")
+    ap.add_argument("--puback-only", action="store_true",
+                    help="count the broker's PUBACK as the acknowledgement (no receipts: devices before issue 29)")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = ap.parse_args(argv)
     wanted = {n for n in args.only.split(",") if n}

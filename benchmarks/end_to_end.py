@@ -3,7 +3,7 @@ process(es) -> `rase fusion` process -> a subscriber, all real processes on
 loopback, against the same broker's raw ceilings measured in the same run.
 
     python benchmarks/end_to_end.py [--devices 10000] [--windows 20] [--publishers 3]
-                                    [--rounds 1] [--no-two-fogs] [--no-normal] [--detection-off]
+                                    [--rounds 1] [--no-two-fogs] [--no-normal] [--no-receipts-off] [--detection-off]
                                     [--mechanism br|prio3] [--prio3-windows 8] [--prio3-pace 8]
                                     [--json]
 
@@ -26,7 +26,14 @@ Measured, in this order, `--rounds` times:
   for this benchmark only): what the durable acknowledgements cost
   (`--no-normal` leaves it out);
 - two fogs, one region each, the same total load (FULL); `--no-two-fogs`
-  leaves it out.
+  leaves it out;
+- one fog (FULL) with the end-to-end receipts off (issue 29:
+  RASE_FOG_RECEIPT_EVERY_S=0, RASE_FOG_WINDOW_CONFIRM_S=0): what the
+  receipts cost. In every other run they are on, as shipped: the fog sends
+  each device a receipt on its feedback topic (batched every 0.25 s), the
+  fusion center the fog one per window, and a `mosquitto_sub` takes them all
+  as the devices would (counted in the row's receipts); `--no-receipts-off`
+  leaves the comparison out.
 These local-DP runs send BR reports (a grid value each), so the services run
 mechanism "br" (the deployment default is Duchi).
 
@@ -92,6 +99,7 @@ PROBE_TOPIC = "rase/v1/reports/probe/probe"
 PRIO3_MAX = 4000            # Prio3Sum of readings on the 0..4000 W grid (12 bits)
 BARRIER_TIMEOUT_S = 1800    # making prio3 reports is dear on a loaded machine
 DETECTION_OFF_ENV = "RASE_FOG_DETECTION__ENABLED"
+RECEIPTS_OFF_ENV = {"RASE_FOG_RECEIPT_EVERY_S": "0", "RASE_FOG_WINDOW_CONFIRM_S": "0"}
 
 
 def _device(region: str, i: int) -> str:
@@ -540,8 +548,24 @@ def _percentiles(values: list[float]) -> dict:
             "latency_p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None}
 
 
+@contextmanager
+def _receipt_sink(port: int, work: Path):
+    """What the devices (and the fog) would read of the receipts: a mosquitto_sub on their topics,
+    one line per receipt; yields a function counting them."""
+    out = work / "receipts.txt"
+    with open(out, "wb") as f:
+        proc = subprocess.Popen(["mosquitto_sub", "-p", str(port), "-q", "1", "-t", "rase/v1/feedback/#",
+                                 "-t", "rase/v1/windows-kept/#", "-F", "%t"], stdout=f, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    try:
+        yield lambda: out.read_bytes().count(b"\n")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def pipeline(port: int, broker_pid: int, fogs: int, publishers: int, devices: int, windows: int,
-             synchronous: str = "FULL", detection: bool = True) -> dict:
+             synchronous: str = "FULL", detection: bool = True, receipts: bool = True) -> dict:
     """`fogs` fog processes, one region each, each region `devices` devices (local DP, BR);
     detection False: the fogs' attacker detection off (RASE_FOG_DETECTION__ENABLED=false)."""
     regions = [f"r{i + 1}" for i in range(fogs)]
@@ -550,9 +574,10 @@ def pipeline(port: int, broker_pid: int, fogs: int, publishers: int, devices: in
         work = Path(tmp)
         fusion_cfg, *fog_cfgs = _write_configs(work, port, regions, devices, [[r] for r in regions], tag)
         journals = {r: work / f"fog{i}.sqlite" for i, r in enumerate(regions)}
-        env = {SYNCHRONOUS_ENV: synchronous, **({} if detection else {DETECTION_OFF_ENV: "false"})}
-        with _services(port, work, fusion_cfg, fog_cfgs, journals, env) as (
-                sub, fusion, fog_procs):
+        env = {SYNCHRONOUS_ENV: synchronous, **({} if detection else {DETECTION_OFF_ENV: "false"}),
+               **({} if receipts else RECEIPTS_OFF_ENV)}
+        with _receipt_sink(port, work) as receipts_seen, _services(port, work, fusion_cfg, fog_cfgs, journals,
+                                                                   env) as (sub, fusion, fog_procs):
             cpu = CpuSampler({"fog": [p.pid for p in fog_procs], "fusion": [fusion.pid], "broker": [broker_pid],
                               "subscriber (this script)": [os.getpid()]})
             t0 = int(time.time() // PERIOD_S) - LATENESS // 2
@@ -574,7 +599,8 @@ def pipeline(port: int, broker_pid: int, fogs: int, publishers: int, devices: in
         secs = last_window - started
         use = cpu.between(started, last_window, sent)
         _cpu_us(use, "load generators", gen_cpu, sent)
-        result = {"fogs": fogs, "synchronous": synchronous, "reports": sent, "seconds": secs, "rate": sent / secs,
+        result = {"fogs": fogs, "synchronous": synchronous, "receipts_on": receipts, "receipts": receipts_seen(),
+                  "reports": sent, "seconds": secs, "rate": sent / secs,
                   **use, "windows": len(sub.windows), "aggregates": len(sub.aggregates), "lost": sent - n_agg,
                   "latency_ms_in_t_order": [round(1000 * v) for v in by_t.values()],
                   **_percentiles(list(by_t.values()))}
@@ -642,6 +668,8 @@ def one_round(broker: Mosquitto, args: argparse.Namespace) -> dict:
         runs["one_fog_normal"] = lambda: pipeline(port, pid, 1, pubs, devs, wins, "NORMAL")
     if args.two_fogs:
         runs["two_fogs_full"] = lambda: pipeline(port, pid, 2, pubs, devs // 2, wins)
+    if args.receipts_off:
+        runs["one_fog_full_no_receipts"] = lambda: pipeline(port, pid, 1, pubs, devs, wins, "FULL", receipts=False)
     if args.mechanism == "prio3":
         runs["prio3"] = lambda: secure_pipeline(port, pid, pubs, devs, args.prio3_windows)
         runs["prio3_paced"] = lambda: secure_pipeline(port, pid, pubs, devs, args.prio3_windows, args.prio3_pace)
@@ -650,7 +678,8 @@ def one_round(broker: Mosquitto, args: argparse.Namespace) -> dict:
         out[name] = run()
     out["load_average_after"] = os.getloadavg()
     c, paho, local = out["ceiling_c"]["rate"], out["ceiling_paho"]["rate"], out["one_fog_full"]["rate"]
-    for name in ("one_fog_full", "one_fog_full_no_detection", "one_fog_normal", "two_fogs_full", "prio3"):
+    for name in ("one_fog_full", "one_fog_full_no_detection", "one_fog_normal", "two_fogs_full",
+                 "one_fog_full_no_receipts", "prio3"):
         if name in out:
             out[name]["vs_c_ceiling"] = out[name]["rate"] / c
             out[name]["vs_paho_ceiling"] = out[name]["rate"] / paho
@@ -694,6 +723,8 @@ def _print_round(k: int, r: dict, args: argparse.Namespace) -> None:
         rows.append(("one fog, synchronous=NORMAL", r["one_fog_normal"]))
     if "two_fogs_full" in r:
         rows.append(("two fogs (half each), FULL", r["two_fogs_full"]))
+    if "one_fog_full_no_receipts" in r:
+        rows.append(("one fog, FULL, receipts off", r["one_fog_full_no_receipts"]))
     for name, x in rows:
         print(_row(name, x["rate"], r, x))
     if "prio3" in r:
@@ -707,6 +738,10 @@ def _print_round(k: int, r: dict, args: argparse.Namespace) -> None:
         ratios.append(f"detection on / off: {r['one_fog_full']['rate'] / r['one_fog_full_no_detection']['rate']:.2f}")
     if "two_fogs_full" in r:
         ratios.append(f"two fogs / one fog: {r['two_fogs_full']['rate'] / r['one_fog_full']['rate']:.2f}")
+    if "one_fog_full_no_receipts" in r:
+        on, off = r["one_fog_full"], r["one_fog_full_no_receipts"]
+        ratios.append(f"receipts on / off: {on['rate'] / off['rate']:.2f} ({on['receipts']:,} receipts delivered "
+                      f"for {on['reports']:,} reports)")
     print("; ".join(ratios))
     if "prio3" in r:
         for name, x in (("throughput", r["prio3"]), ("paced", r["prio3_paced"])):
@@ -725,6 +760,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-two-fogs", dest="two_fogs", action="store_false", help="leave out the two-fog run")
     ap.add_argument("--no-normal", dest="normal", action="store_false",
                     help="leave out the one-fog run with the journal's synchronous=NORMAL")
+    ap.add_argument("--no-receipts-off", dest="receipts_off", action="store_false",
+                    help="leave out the one-fog run with the end-to-end receipts off")
     ap.add_argument("--detection-off", action="store_true",
                     help="also one fog (FULL) with its attacker detection off, beside the one with it on")
     ap.add_argument("--mechanism", choices=["br", "prio3"], default="br",

@@ -90,6 +90,33 @@ def service_env(service: str, broker: ShippedMosquitto, bootstrap: str, state: P
     return env
 
 
+READY = {"fusion": "fusion subscribed", "fog-r1": "fog subscribed", "fog-r2": "fog subscribed"}
+
+
+def start_service(service: str, app: Path, venv: Path, broker: ShippedMosquitto, bootstrap: str, state: Path,
+                  tries: int = 3) -> subprocess.Popen:
+    """The service as the image runs it, up (subscribed). Its metrics port is a free port picked here; another
+    xdist worker's process may take it before the service binds it ('Address already in use'): then again,
+    on a fresh port, as tests/observe_stack.py does."""
+    cmd = compose()["services"][service]["command"]
+    log_path = state / f"{service}.log"
+    for attempt in range(tries):
+        env = {"PATH": f"{venv}/bin:/usr/bin:/bin", "HOME": str(state),
+               **service_env(service, broker, bootstrap, state)}
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([str(venv / "bin" / "rase"), *cmd], cwd=app, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and READY[service] not in log_path.read_text():
+            time.sleep(0.1)
+        if proc.poll() is None:
+            return proc
+        text = log_path.read_text()
+        if "Address already in use" not in text or attempt == tries - 1:
+            raise AssertionError(f"{service} exited: {text[-3000:]}")
+    raise AssertionError("unreachable")
+
+
 def test_the_image_runs_every_compose_service_and_an_aggregate_comes_out(image_venv, shipped, tansu, tmp_path):
     app, venv = image_venv
     deploy, broker = shipped
@@ -99,12 +126,7 @@ def test_the_image_runs_every_compose_service_and_an_aggregate_comes_out(image_v
     sub.sub("rase/v1/aggregates/t/+")
     try:
         for service in ("fusion", "fog-r1", "fog-r2"):
-            cmd = compose()["services"][service]["command"]
-            env = {"PATH": f"{venv}/bin:/usr/bin:/bin", "HOME": str(tmp_path),
-                   **service_env(service, broker, tansu.bootstrap, tmp_path)}
-            log = open(tmp_path / f"{service}.log", "w")
-            procs[service] = subprocess.Popen([str(venv / "bin" / "rase"), *cmd], cwd=app, env=env, stdout=log,
-                                              stderr=subprocess.STDOUT)
+            procs[service] = start_service(service, app, venv, broker, tansu.bootstrap, tmp_path)
         for fog in ("fog-r1", "fog-r2"):
             cfg = FogConfig.load(ROOT / compose()["services"][fog]["command"][-1])
             for region, rc in cfg.regions.items():
