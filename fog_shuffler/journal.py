@@ -182,6 +182,7 @@ class Journal:
             self.db.execute("DELETE FROM closed WHERE t < ?", (t_min,))
             self.db.execute("DELETE FROM reports WHERE done=1 AND t < ?", (t_min,))
             self.db.execute("DELETE FROM outbox WHERE sent>=1 AND t < ?", (t_min,))
+            self.db.execute("DELETE FROM duplicates WHERE t < ?", (t_min,))   # repeats of long-closed windows
 
     # -- attacker detection -----------------------------------------------------------
     def _write_detection(self, d: DetectionWrite) -> None:

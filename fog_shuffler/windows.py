@@ -89,12 +89,16 @@ class WindowManager:
             self.late[rep.region] += 1
             return Outcome.LATE
         w = self.open.get(key)
+        if rep.device in self.seen.get(key, ()) or (w is not None and rep.device in w.reports):
+            # A repeat (a device sends again what no receipt confirmed): counted, and it opens nothing. Before,
+            # a repeat of a closed window's report opened an empty late batch, closed at once as suppressed,
+            # one journal commit per repeat.
+            if w is not None:
+                w.duplicates += 1
+            return Outcome.DUPLICATE
         if w is None:
             revision = self.closed.get(key, -1) + 1
             w = self.open[key] = OpenWindow(rep.region, rep.t, revision=revision, opened_at_t=now_t)
-        if rep.device in w.reports or rep.device in self.seen.get(key, ()):
-            w.duplicates += 1
-            return Outcome.DUPLICATE
         w.reports[rep.device] = (rep.y, rep.eps, rep.mechanism)
         return Outcome.ACCEPTED
 

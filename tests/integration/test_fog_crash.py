@@ -35,6 +35,7 @@ period_s = {PERIOD_S}
 epoch0 = 0.0
 lateness_periods = 4
 k_min = 5
+window_confirm_s = 0     # no fusion center here to confirm windows: each is forwarded once
 journal_path = "{tmp_path / 'fog.sqlite'}"
 tick_s = 0.02
 [broker]

@@ -152,6 +152,17 @@ def test_a_late_batch_stays_open_as_long_as_a_window_so_reports_sent_again_toget
     assert sorted(m.close("r1", 5).devices) == ["d4", "d5", "d6", "d7"]
 
 
+def test_a_repeat_of_a_closed_windows_report_opens_no_late_batch():
+    """Issue 29: devices send again what no receipt confirmed; a repeat must not open (and close) an empty batch."""
+    m = late_wm()
+    for d in DEVICES:
+        m.add(rep(d, 5), 5)
+    m.close("r1", 5)
+    for _ in range(3):
+        assert m.add(rep("d1", 5), 6) == Outcome.DUPLICATE
+    assert ("r1", 5) not in m.open and m.due(7) == []
+
+
 def test_a_late_batch_short_of_k_min_is_suppressed_when_the_allowed_lateness_ends():
     m = late_wm()
     m.add(rep("d1", 5), 5)
