@@ -361,7 +361,7 @@ class FogService(Service):
             self.receipts_due.set()
 
     async def _send_receipts(self) -> None:
-        """Publish the receipts every receipt_every_s (QoS 1, best effort: a receipt lost is a report the
+        """Publish the receipts every receipt_every_s (QoS 0, best effort: a receipt lost is a report the
         device sends again, which the fog drops as a repeat and receipts again)."""
         while True:
             await self.receipts_due.wait(None, None)
@@ -369,12 +369,7 @@ class FogService(Service):
             if self.link is None:
                 self.receipts.take()                         # a custom source: nobody to tell
                 continue
-            for topic, payload in self.receipts.take():
-                try:
-                    self.link.publish_nowait(topic, payload).add_done_callback(
-                        lambda f: f.cancelled() or f.exception())
-                except Exception as err:  # noqa: BLE001 - the device sends the report again; ingest goes on
-                    log.debug("receipt to %s not sent: %s", topic, err)
+            self.link.publish_qos0(self.receipts.take())
 
     def _tell_device(self, topic: str, reason: str, detail: str) -> None:
         """The device hears why its report was rejected, on its own topic (fog_shuffler.feedback)."""

@@ -664,6 +664,16 @@ class MqttLink:
                 self._waiting[info.mid] = fut
         return fut
 
+    def publish_qos0(self, messages: list[tuple[str, str | bytes]]) -> int:
+        """Best-effort notes (end-to-end receipts): QoS 0, no future, no PUBACK; dropped while the link
+        is down (the receiver asks again). How many were handed to paho."""
+        if self.client is None or not self.connected.is_set():
+            return 0
+        n = 0
+        for topic, payload in messages:
+            n += self.client.publish(topic, payload, qos=0).rc == mqtt.MQTT_ERR_SUCCESS
+        return n
+
     async def publish(self, topic: str, payload: str | bytes, *, qos: int = 1, retain: bool = False,
                       timeout_s: float = 10.0, properties=None) -> None:  # noqa: ANN001
         """Publish and wait for the broker's PUBACK, or raise TransportError."""

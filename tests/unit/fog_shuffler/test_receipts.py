@@ -10,7 +10,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from fog_shuffler.receipts import MAX_KEPT, Receipts
+from fog_shuffler.receipts import MAX_KEPT, Receipts, encode_receipt
 from rase_common.protocol.report import Receipt
 from rase_device import wire
 
@@ -40,6 +40,15 @@ def test_a_backlog_is_receipted_in_small_messages_with_the_late_ones_counted_whe
     parts = [Receipt.model_validate_json(p) for _, p in r.take()]
     assert [len(p.kept) for p in parts] == [MAX_KEPT, 10] and [p.late for p in parts] == [0, 10]
     assert [t for p in parts for t in p.kept] == list(range(MAX_KEPT + 10))
+
+
+@pytest.mark.parametrize("payload", [
+    {"v": 1, "kept": [3, 4], "late": 1},
+    {"v": 1, "kept": [0]},
+])
+def test_the_fogs_fast_encoding_is_the_models(payload):
+    model = Receipt.model_validate(payload)
+    assert encode_receipt(model.kept, model.late) == model.model_dump_json()
 
 
 @pytest.mark.parametrize("payload", [
