@@ -448,11 +448,11 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
             fusion.wake()
         else:
             await asyncio.sleep(max(0.0, (flush_to - clock.now()) / spec.speedup))
-        if not await _wait(lambda: not fog.windows.open and not fog.journal.unsent() and _leader_idle(fog)
-                           and fusion.caught_up(fog.windows_sent + _leader_finished(fog)), 60):
+        if not await _wait(lambda: not fog.ctx.windows.open and not fog.journal.unsent() and fog.roles.idle()
+                           and fusion.caught_up(fog.windows_sent + fog.roles.released), 60):
             log.warning("after 30 s the fusion center has stored %d aggregates of the %d windows the fog sent "
                         "(windows it quarantined, e.g. estimate_failed, have none); %d windows still open at the fog",
-                        fusion.stored(), fog.windows_sent, len(fog.windows.open))
+                        fusion.stored(), fog.windows_sent, len(fog.ctx.windows.open))
         await asyncio.sleep(0.2)
         if spec.progress and sys.stderr.isatty():
             print(file=sys.stderr)
@@ -463,15 +463,6 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
         await fusion.stop()
     aggregates = fusion.aggregates(t0, t0 + n_t)
     return PipelineResult(params, aggregates, devices, reports, fog_stats, time.monotonic() - started)
-
-
-def _leader_idle(fog: FogService) -> bool:
-    """A prio3 fog has no window waiting for the helper and nothing left to send."""
-    return fog.leader is None or not (fog.leader.journal.waiting() or fog.leader.journal.unsent())
-
-
-def _leader_finished(fog: FogService) -> int:
-    return 0 if fog.leader is None else fog.leader.finished
 
 
 def write_jsonl(result: PipelineResult, path: Path) -> None:

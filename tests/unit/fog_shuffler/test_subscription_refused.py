@@ -22,7 +22,7 @@ def fog(tmp_path) -> FogService:
     cfg = FogConfig.load(None, name="sub", regions={"r1": {"devices": ["a"]}, "r2": {"devices": ["b"]}},
                          journal_path=tmp_path / "fog.sqlite")
     service = FogService(cfg)
-    service.link = service.make_link()     # not started: its SUBACK handler is called directly
+    service.ctx.link = service.make_link()     # not started: its SUBACK handler is called directly
     return service
 
 
