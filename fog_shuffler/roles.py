@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fog_shuffler.config import FogConfig
@@ -25,8 +26,12 @@ from fog_shuffler.journal import Journal
 from fog_shuffler.protocol import Protocol, ProtocolGate
 from fog_shuffler.reports import ReportRole, WindowCloser
 from fog_shuffler.screen.role import ScreenRole
-from fog_shuffler.windows import Outcome, WindowManager
-from rase_common.errors import ProtocolError
+from fog_shuffler.intake import OutboxCount
+from fog_shuffler.metrics import FogMetrics
+from fog_shuffler.windows import Outcome, RegionCounters, WindowManager
+from rase_common.channels import Sink, Source
+from rase_common.loop import Wakeup
+from rase_common.errors import Backoff, Outage, ProtocolError
 from rase_common.protocol import topics
 from rase_common.quarantine import Quarantine
 from rase_common.role import Role, enabled, role_classes, route
@@ -55,6 +60,17 @@ def make_gate(cfg: FogConfig) -> ProtocolGate:
 def make_windows(cfg: FogConfig) -> WindowManager:
     return WindowManager(registered={r: rc.all_devices() for r, rc in cfg.regions.items()}, k_min=cfg.k_min,
                          lateness_periods=cfg.lateness_periods, late_periods=cfg.late_periods())
+
+
+def new_context(cfg: FogConfig, clock: Any, metrics: FogMetrics, *, source: Source | None, sink: Sink | None,
+                now_t: Callable[[], int]) -> FogContext:
+    """The context a fog's roles share, before anything is opened."""
+    due, outbox_wakeup = Wakeup(), Wakeup()
+    return FogContext(cfg=cfg, now=clock.now, now_t=now_t, metrics=metrics, windows=make_windows(cfg),
+                      counters=RegionCounters(), gate=make_gate(cfg),
+                      outbox=OutboxCount(cfg.outbox_max_windows, metrics.outbox_windows, outbox_wakeup.set),
+                      storage=Outage("fog journal", log, gauge=metrics.storage_ok, backoff=Backoff(cap_s=1.0)),
+                      due=due, outbox_wakeup=outbox_wakeup, source=source, sink=sink)
 
 
 class FogRoles:
@@ -100,9 +116,18 @@ class FogRoles:
 
     # -- start ---------------------------------------------------------------------------------
     def attach(self, journal: Journal) -> None:
+        """The roles' tables in the journal, then the windows and the outbox as it has them."""
         self.quarantine = Quarantine(journal.db, self.ctx.metrics.rejected, log)
         for role in self.all:
             role.attach(journal.db)
+        self.restore()
+        self.ctx.outbox.restored(len(journal.unsent()))
+
+    def subscribed(self, refused: list[str]) -> None:
+        """The broker's SUBACK: refused filters are counted; the report filters' say the fog is live."""
+        self.ctx.metrics.subscription_refused.set(len(refused))
+        if not any(t.startswith(topics.REPORTS_PREFIX) for t in refused):
+            log.info("fog subscribed to the reports of %s", ", ".join(sorted(self.ctx.cfg.regions)))
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         for role in self.all:

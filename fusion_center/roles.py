@@ -102,3 +102,7 @@ class FusionRoles:
         """Seconds until the local-DP role's earliest merge deadline (None: nothing pending)."""
         ldp = next((r for r in self.estimation if isinstance(r, LdpEstimation)), None)
         return ldp.next_deadline_s() if ldp is not None else None
+
+    def pending(self) -> bool:
+        """Whether windows wait to be merged into an aggregate (a replay's end)."""
+        return any(isinstance(r, LdpEstimation) and bool(r.merger.pending) for r in self.estimation)

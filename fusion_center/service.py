@@ -1,17 +1,12 @@
 """The fusion center service: `rase fusion --config configs/fusion.example.toml`.
 
-A thin host of roles (rase_common.role): the estimation roles the mechanism
-registry names (the local-DP one and, with a `[prio3]` table, the secure
-mode's helper), the control message (fusion_center.control) and the
-publisher (fusion_center.announce.publisher). It owns the broker link, the
+A thin host of roles (fusion_center.roles: the estimation roles the registry
+names, the control message, the publisher). It owns the broker link, the
 store, the metrics server and two tasks, beside each role's own:
-
-- intake: takes windows from the source (MQTT rase/v1/windows/+ or a Kafka
-  consumer group), routes each to its role, lets every role write what it
-  staged in ONE store transaction (fsynced), quarantines what a role refused,
-  and only then acknowledges the batch;
-- closer: lets each role close what is due (a timestamp whose regions all
-  arrived, or whose merge deadline passed), at least every tick.
+- intake: takes windows from the source (MQTT rase/v1/windows/+ or Kafka),
+  routes each to its role, commits what every role staged in ONE fsynced
+  transaction, quarantines what a role refused, then acknowledges the batch;
+- closer: lets each role close what is due, at least every tick.
 A storage failure is an outage: the batch is held unacknowledged and retried.
 """
 
@@ -28,13 +23,13 @@ from fusion_center.history import EstimateHistory
 from fusion_center.metrics import FusionMetrics
 from fusion_center.roles import FusionRoles
 from fusion_center.store import AggregateStore
+from fusion_center.transport import fusion_link
 from rase_common.channels import Source
 from rase_common.clock import ScaledClock, SteadyClock, WallClock
 from rase_common.errors import Backoff, Outage, StorageError
 from rase_common.kafka import KafkaSource
 from rase_common.loop import Wakeup
 from rase_common.mqtt import MqttLink, MqttSource
-from rase_common.protocol import topics
 from rase_common.quarantine import Quarantine
 from rase_common.service import Service
 
@@ -66,16 +61,12 @@ class FusionService(Service):
         return self.ctx.due
 
     @property
+    def metrics(self) -> FusionMetrics:
+        return self.ctx.metrics
+
+    @property
     def store(self) -> AggregateStore | None:
         return self.ctx.store
-
-    @property
-    def precision(self):  # noqa: ANN201 - the control message it broadcasts now
-        return self.ctx.precision
-
-    @property
-    def link(self) -> MqttLink | None:
-        return self.ctx.link
 
     @property
     def connected(self) -> bool:
@@ -103,18 +94,7 @@ class FusionService(Service):
         self.roles.started()
 
     def make_link(self) -> MqttLink:
-        ctx = self.ctx
-        subs = [(topics.WINDOWS_FILTER, 1)] if ctx.source is None and self.cfg.source == "mqtt" else []
-        # MQTT 5 (a persistent session, as before): aggregates carry a message expiry, a content type and
-        # the schema version; the status topic says online / offline (the will) for Home Assistant.
-        status = topics.fusion_status_topic(self.cfg.name)
-        link = MqttLink(self.cfg.broker, f"fusion-{self.cfg.name}", subscriptions=subs, clean_session=False,
-                        manual_ack=True, name="fusion", mqtt5=True, will=(status, "offline", True),
-                        birth=(status, "online", True),
-                        wakeup=lambda: (ctx.arrived.set(), ctx.outbox_wakeup.set(), ctx.control_wakeup.set()))
-        link.on_subscribed = lambda refused: None if refused else log.info("fusion subscribed to %s",
-                                                                          topics.WINDOWS_FILTER)
-        return link
+        return fusion_link(self.ctx, subscribe=self.ctx.source is None and self.cfg.source == "mqtt")
 
     def tasks(self):
         return [self._intake(), self._closer()] + self.roles.tasks()

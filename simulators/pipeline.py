@@ -116,7 +116,7 @@ class ReplayFog(FogService):
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         await super().open(stack)
-        scratch_database(self.journal.db)
+        scratch_database(self.ctx.journal.db)
 
 
 class ReplayFusion(FusionService):
@@ -258,7 +258,7 @@ class InProcessFusion:
         return self.service.store.count()
 
     def caught_up(self, windows_sent: int) -> bool:
-        return not self.service.merger.pending and self.stored() >= windows_sent
+        return not self.service.roles.pending() and self.stored() >= windows_sent
 
     async def stop(self) -> None:
         pass
@@ -448,7 +448,7 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
             fusion.wake()
         else:
             await asyncio.sleep(max(0.0, (flush_to - clock.now()) / spec.speedup))
-        if not await _wait(lambda: not fog.ctx.windows.open and not fog.journal.unsent() and fog.roles.idle()
+        if not await _wait(lambda: not fog.ctx.windows.open and not fog.ctx.journal.unsent() and fog.roles.idle()
                            and fusion.caught_up(fog.windows_sent + fog.roles.released), 60):
             log.warning("after 30 s the fusion center has stored %d aggregates of the %d windows the fog sent "
                         "(windows it quarantined, e.g. estimate_failed, have none); %d windows still open at the fog",

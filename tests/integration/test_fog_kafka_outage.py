@@ -73,10 +73,10 @@ async def run_fog_through_outage(tansu, tmp_path) -> tuple[FogService, dict]:
             await asyncio.sleep(2.0)
         seen["attempts"] = fog.forwarder.outage.attempts
         seen["backoff_nominal_s"] = fog.forwarder.outage.backoff.nominal_s(fog.forwarder.outage.backoff.attempts - 1)
-        seen["outbox_during"] = fog.outbox_size
+        seen["outbox_during"] = fog.ctx.outbox.size
         seen["last_t"] = t - 1
         tansu.start()
-        assert await until(lambda: fog.outbox_size == 0, 60), "the outbox was forwarded once Kafka came back"
+        assert await until(lambda: fog.ctx.outbox.size == 0, 60), "the outbox was forwarded once Kafka came back"
         seen["sent"] = fog.windows_sent
     finally:
         stop.set()

@@ -189,7 +189,7 @@ def test_a_range_change_never_quarantines_reports_made_under_the_old_range(tmp_p
     drv = asyncio.run(run())
     assert drv.metric("rase_fog_reports_rejected_total", reason="impossible_y") == 0
     assert drv.metric("rase_fog_devices_quarantined") == 0
-    assert drv.service.protocol.current.x_max == 300.0
+    assert drv.service.ctx.gate.current.x_max == 300.0
 
 
 def test_a_crash_keeps_the_last_checkpoint_and_every_alarm(tmp_path):
@@ -212,9 +212,9 @@ def test_a_crash_keeps_the_last_checkpoint_and_every_alarm(tmp_path):
             for t in range(n_attack + 2):
                 await drv.period(t, drv.top)
                 if t == at_checkpoint - 1:
-                    drv.service.roles.get("screen").device_screen.checkpoint(drv.service.journal, due_only=True)   # not due: nothing
-                    assert drv.service.journal.detector_states() == []
-                    drv.service.roles.get("screen").device_screen.checkpoint(drv.service.journal)                  # as when due
+                    drv.service.roles.get("screen").device_screen.checkpoint(drv.service.ctx.journal, due_only=True)   # not due: nothing
+                    assert drv.service.ctx.journal.detector_states() == []
+                    drv.service.roles.get("screen").device_screen.checkpoint(drv.service.ctx.journal)                  # as when due
             assert drv.service.roles.get("screen").device_screen.detector.is_quarantined(ATTACKER)
             for suffix in ("", "-wal"):
                 shutil.copy(f"{cfg.journal_path}{suffix}", crashed / f"fog.sqlite{suffix}")
