@@ -392,8 +392,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from fusion_center.config import FusionConfig
-    from simulators.calibrate import (calibrate, consensus, coverage_check, format_repeats, format_result,
-                                      write_x_max)
+    from simulators.calibrate import (calibrate, choice_spread, consensus, coverage_check, format_repeats,
+                                      format_result, format_spread, write_x_max)
     from simulators.refit import RefitFormatError, bundled_dir
 
     if args.write:
@@ -422,6 +422,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     result = runs[0]
     print(format_result(result, args.eps))
     x_max, bound = result.chosen.x_max, result.chosen.bias_bound
+    print(format_spread(choice_spread(result), x_max))
     if len(runs) > 1:
         x_max, bound = consensus([(r.chosen.x_max, r.chosen.bias_bound) for r in runs])
         print(format_repeats([(r.chosen.x_max, r.chosen.bias_bound) for r in runs]))
