@@ -37,6 +37,30 @@ def test_the_block_is_the_four_commands_a_person_types():
     assert "--fleet 12" in lines[2]
 
 
+def test_the_readme_says_why_the_walkthroughs_mean_repeats_with_the_mechanisms_own_numbers():
+    """Duchi's two report values at eps 1 over the example range, and the step
+    between the 13 means of 12 reports, as README's walkthrough states them."""
+    from fusion_center.config import FusionConfig
+    from rase_common.mechanisms import mechanism
+
+    text = " ".join((ROOT / "README.md").read_text().split(MARKER, 1)[1].split())
+    precision = FusionConfig.load(ROOT / "configs/fusion.example.toml").precision
+    assert precision.mechanism == "duchi" and precision.eps_levels == [1.0]
+    low, high = mechanism("duchi").device_values(_calibration(precision), 1.0)
+    said = re.search(r"one of two values \((-?\d+) or (\d+) W at eps 1 over the example range (\d+)-(\d+) W", text)
+    assert said, "README no longer says what each Duchi report can be"
+    assert (int(said.group(1)), int(said.group(2))) == (round(low), round(high))
+    assert (float(said.group(3)), float(said.group(4))) == (precision.x_min, precision.x_max)
+    assert f"the mean of 12 reports is one of 13 values {round((high - low) / 12)} W apart" in text
+
+
+def _calibration(precision):  # noqa: ANN001, ANN202
+    from rase_device.randomizer import Calibration
+
+    return Calibration(beta=precision.beta, rho=precision.rho, x_min=precision.x_min, x_max=precision.x_max,
+                       gamma=precision.gamma)
+
+
 def test_readme_walkthrough_ends_in_an_aggregate(mosquitto, tmp_path):
     work = tmp_path / "checkout"
     shutil.copytree(ROOT / "configs", work / "configs")
@@ -78,6 +102,8 @@ def test_readme_walkthrough_ends_in_an_aggregate(mosquitto, tmp_path):
     print(f"first aggregate after {took:.1f} s: t={agg.t} n={agg.n} mean={agg.estimates['mean'].value:.0f} "
           f"ci={agg.estimates['mean'].ci}")
     assert agg.n >= 10 and agg.regions == ["r1"] and "mean" in agg.estimates
+    # Why the mean repeats from one t to the next, in the aggregate itself (README says so too).
+    assert f"the mean of these {agg.n} reports is one of {agg.n + 1} values" in agg.what["mean"], agg.what
     assert took < 60, f"the first aggregate took {took:.0f} s"
     # The services said what they did, and stopped cleanly on SIGTERM.
     assert "fleet of 12 simulated devices" in text and "fog fog1 started" in text
