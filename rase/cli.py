@@ -59,7 +59,16 @@ def cmd_agent(args: argparse.Namespace) -> int:
         print(f"a local fleet of {args.fleet} simulated devices (REFIT replays, not live sensors), each spending "
               f"eps {cfg.eps:g} per report; a fog forwards a timestamp's window only when at least k_min "
               "(10 by default) devices reported for it", flush=True)
-        return run_service(LocalFleetService(cfg, args.fleet, max_reports=args.max_reports))
+        if args.passwords is not None and not args.passwords.is_dir():
+            print(f"rase agent: --passwords {args.passwords}: not a folder (it holds one password file per "
+                  "device, named after it, as configs/compose/make-secrets.sh writes secrets/passwords)",
+                  file=sys.stderr)
+            return 2
+        return run_service(LocalFleetService(cfg, args.fleet, max_reports=args.max_reports, passwords=args.passwords))
+    if args.passwords is not None:
+        print("rase agent: --passwords is for --fleet; one agent takes [broker] username and password_file",
+              file=sys.stderr)
+        return 2
     for line in privacy_over_time(cfg.eps, cfg.period_s, cfg.budget_period_s / 3600).lines():
         print(line + ("" if "privacy over" not in line else " (at the configured eps and period; "
                       "the fusion center's control message may lower them)"))
@@ -775,6 +784,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--fleet", type=int, metavar="N", default=None,
                    help="simulate N devices replaying the bundled REFIT excerpt (1..45; the config's region, eps, "
                         "period, broker and ledger folder apply to each)")
+    a.add_argument("--passwords", type=Path, metavar="DIR",
+                   help="--fleet against a broker with one user per device (rase acl): each simulated device "
+                        "connects as its own user with the password in DIR/<device> (e.g. secrets/passwords); "
+                        "without it the fleet shares one connection and one login")
     a.set_defaults(func=cmd_agent)
 
     f = sub.add_parser("flash", help="build a MicroPython board bundle and copy it with mpremote",
