@@ -18,6 +18,7 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from simulators.brokers import free_port, wait_port
+from tests.mqtt_helpers import listening_addresses
 from tests.observe_stack import ROOT, running_stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -185,25 +186,6 @@ def documented_listener_snippet() -> str:
     doc = (ROOT / "docs/observability.md").read_text()
     block = doc.split(SNIPPET_MARKER, 1)[1]
     return "\n".join(line.strip() for line in block.split("```", 2)[1].splitlines()[1:])
-
-
-def listening_addresses(port: int) -> set[str]:
-    """Local addresses of the sockets listening on TCP `port` (/proc/net/tcp, tcp6)."""
-    import ipaddress
-
-    found = set()
-    for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
-        for line in Path(table).read_text().splitlines()[1:]:
-            local, state = line.split()[1], line.split()[3]
-            addr_hex, port_hex = local.split(":")
-            if state != "0A" or int(port_hex, 16) != port:       # 0A: LISTEN
-                continue
-            raw = bytes.fromhex(addr_hex)
-            # /proc prints each 32-bit word in host (little-endian) order.
-            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, size, 4))
-            addr = ipaddress.ip_address(raw)
-            found.add(str(getattr(addr, "ipv4_mapped", None) or addr))     # ::ffff:127.0.0.1 -> 127.0.0.1
-    return found
 
 
 def test_the_documented_listener_keeps_the_walkthrough_working_and_the_page_on_loopback(tmp_path):
