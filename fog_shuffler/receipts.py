@@ -60,15 +60,21 @@ class Receipts:
             return
         self._kept.setdefault(where, []).append((t, late))
 
-    def note_rejected(self, topic: str, payload: bytes) -> None:
-        """A rejected report is decided too: receipted (the feedback says why), so the device does not
-        send it again and again. Its t, when it has one."""
+    def note_payload(self, topic: str, payload: bytes, *, late: bool = False) -> None:
+        """A report the committed batch decided (taken, a repeat, too late, or rejected: the feedback says
+        why), by its t, when it has one; a registered device's only."""
+        where = parse_report_topic(topic)
+        if where is None or self.devices.get(where[1]) != where[0]:
+            return
         try:
             t = json.loads(payload).get("t")
         except (ValueError, AttributeError, UnicodeDecodeError):
             return
         if isinstance(t, int) and not isinstance(t, bool) and t >= 0:
-            self.note(topic, t)
+            self.note(topic, t, late=late)
+
+    def note_rejected(self, topic: str, payload: bytes) -> None:
+        self.note_payload(topic, payload)
 
     def take(self) -> list[tuple[str, str]]:
         """(topic, payload) for every device with something to receipt; forgets them."""

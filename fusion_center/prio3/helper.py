@@ -47,6 +47,7 @@ from rase_common.protocol.aggregate import Aggregate
 from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.prio3 import Prio3Batch, Prio3Params, Prio3Share, parse_leader_message
 from rase_common.secagg import ShareOpener, compute, read_key, tile, work_loop
+from rase_common.sqlite import storage_errors
 
 log = logging.getLogger(__name__)
 LARGE = 2000          # verify in a worker thread above this many reports
@@ -91,6 +92,10 @@ class Prio3Helper:
         self.opener: ShareOpener | None = None
         self.sender: OutboxSender | None = None
         self.sink = None
+        self._parts: list[tuple[str, int, int, str]] = []     # staged by the intake batch (stage/write/committed)
+        self._shares: list[tuple[str, int, str]] = []
+        self._late: list[tuple[str, int]] = []
+        self._again: list[tuple[str, int]] = []
 
     def open(self, db) -> None:  # noqa: ANN001 - the fusion store's connection
         self.opener = ShareOpener(read_key(self.cfg.private_key_file, "fusion [prio3] private_key_file"),
@@ -125,35 +130,57 @@ class Prio3Helper:
         return [self.sender.run(), self._work()]
 
     # -- intake ----------------------------------------------------------------------------------
-    def take(self, payloads: list[bytes], now: float, has_aggregate) -> list[tuple[str, str]]:  # noqa: ANN001
+    def take(self, payloads: list[bytes], now: float, has_aggregate) -> list[tuple[str, str] | None]:  # noqa: ANN001
         """Store the leader's messages of one intake batch (one commit); returns
         (reason, detail) of each invalid one, for the quarantine (aligned with None for good ones)."""
-        parts, shares, bad = [], [], []
+        bad: list[tuple[str, str] | None] = []
         for payload in payloads:
             try:
-                m = parse_leader_message(payload)
-            except (ValidationError, ValueError) as err:
+                self.stage(payload, has_aggregate)
+                bad.append(None)
+            except ValueError as err:
                 bad.append(("prio3_invalid", str(err).replace("\n", " ")[:300]))
-                continue
-            bad.append(None)
-            self.known.add(m.region)
-            if has_aggregate(m.t):                         # late: its t is published already
-                if isinstance(m, Prio3Share) and self.store.state(m.region, m.t) is not None:
-                    self._drop(m.region, m.t, "late")
-                continue
-            if isinstance(m, Prio3Batch):
-                parts.append((m.region, m.t, m.first, payload.decode()))
-            else:
-                shares.append((m.region, m.t, payload.decode()))
-        if self.store.add(parts, shares, now):
-            self.outbox_wakeup.set()
-        if parts:
-            crash_point("helper_after_journal")
-        if shares:
-            crash_point("helper_after_share")
-        if parts or shares:
-            self.work_wakeup.set()
+        with storage_errors("fusion store"), self.store.db:
+            self.store.db.execute("BEGIN")
+            self.write(now)
+        self.committed()
         return bad
+
+    def stage(self, payload: bytes, has_aggregate) -> None:  # noqa: ANN001
+        """One leader message of an intake batch, staged for write(); ValueError when it is not one."""
+        try:
+            m = parse_leader_message(payload)
+        except ValidationError as err:
+            raise ValueError(str(err)) from None
+        self.known.add(m.region)
+        if has_aggregate(m.t):                         # late: its t is published already
+            if isinstance(m, Prio3Share) and self.store.state(m.region, m.t) is not None:
+                self._late.append((m.region, m.t))
+            return
+        if isinstance(m, Prio3Batch):
+            self._parts.append((m.region, m.t, m.first, payload.decode()))
+        else:
+            self._shares.append((m.region, m.t, payload.decode()))
+
+    def write(self, now: float) -> None:
+        """What was staged, inside the fusion store's open transaction (the batch's one commit)."""
+        self._again = self.store.write(self._parts, self._shares, now)
+
+    def committed(self) -> None:
+        for region, t in self._late:
+            self._drop(region, t, "late")
+        if self._again:
+            self.outbox_wakeup.set()
+        if self._parts:
+            crash_point("helper_after_journal")
+        if self._shares:
+            crash_point("helper_after_share")
+        if self._parts or self._shares:
+            self.work_wakeup.set()
+        self.rolled_back()
+
+    def rolled_back(self) -> None:
+        self._parts, self._shares, self._late, self._again = [], [], [], []
 
     # -- answering and combining -------------------------------------------------------------------
     async def _work(self) -> None:

@@ -49,20 +49,25 @@ class HelperStore:
         """One transaction: batch parts and leader shares of windows not finished
         yet. Returns the windows whose batch came again although answered (the
         leader asked again: their answers are queued again)."""
-        again = []
         with storage_errors("fusion store"), self.db:
             self.db.execute("BEGIN")
-            for region, t, first, payload in parts:
-                if self._finished(region, t):
-                    continue
-                new = self.db.execute("INSERT OR IGNORE INTO prio3_batches VALUES (?,?,?,?,?)",
-                                      (region, t, first, payload, now)).rowcount
-                if not new and self.state(region, t) == "answered":
-                    self.db.execute("UPDATE prio3_outbox SET sent=0 WHERE region=? AND t=?", (region, t))
-                    again.append((region, t))
-            for region, t, payload in shares:
-                if not self._finished(region, t):
-                    self.db.execute("INSERT OR IGNORE INTO prio3_shares VALUES (?,?,?)", (region, t, payload))
+            return self.write(parts, shares, now)
+
+    def write(self, parts: list[tuple[str, int, int, str]], shares: list[tuple[str, int, str]], now: float
+              ) -> list[tuple[str, int]]:
+        """add() inside a transaction the caller opened (the fusion center's one per intake batch)."""
+        again = []
+        for region, t, first, payload in parts:
+            if self._finished(region, t):
+                continue
+            new = self.db.execute("INSERT OR IGNORE INTO prio3_batches VALUES (?,?,?,?,?)",
+                                  (region, t, first, payload, now)).rowcount
+            if not new and self.state(region, t) == "answered":
+                self.db.execute("UPDATE prio3_outbox SET sent=0 WHERE region=? AND t=?", (region, t))
+                again.append((region, t))
+        for region, t, payload in shares:
+            if not self._finished(region, t):
+                self.db.execute("INSERT OR IGNORE INTO prio3_shares VALUES (?,?,?)", (region, t, payload))
         return again
 
     def _finished(self, region: str, t: int) -> bool:

@@ -41,7 +41,7 @@ def test_the_leader_inside_the_fog_service(tmp_path):
             core.step(50.0, clock.now())
             source.put(*core.outbox.pop()[:2])
         await settle()
-        assert fog.leader.journal.has_reports("r1", 10)
+        assert fog.roles.get("prio3").leader.journal.has_reports("r1", 10)
         clock.set(8.0 * 20 + 1)                                  # t = 20: four reports, one nonce repeated
         fog.wakeup.set()
         reports = []
@@ -51,7 +51,7 @@ def test_the_leader_inside_the_fog_service(tmp_path):
             source.put(*reports[-1])
         source.put(topics.report_topic("r1", DEVICES[4]), reports[0][1])     # another device, the same report
         await settle()
-        assert not fog.leader.journal.has_reports("r1", 10)     # suppressed at t = 20 > 10 + 1 + lateness
+        assert not fog.roles.get("prio3").leader.journal.has_reports("r1", 10)     # suppressed at t = 20 > 10 + 1 + lateness
         assert fog.metrics.value("windows_suppressed") == 1
         assert fog.metrics.value("reports_rejected", reason="nonce_repeated") == 1
         clock.set(8.0 * 22 + 1)
@@ -68,8 +68,8 @@ def test_the_leader_inside_the_fog_service(tmp_path):
         await settle(1.0)
         share = Prio3Share.model_validate_json(sink.sent[-1][1])
         assert share.accepted == 4 and share.agg_share and share.noise_draws == 0
-        assert fog.leader.journal.state("r1", 20) == "done" and fog.leader.journal.batch("r1", 20) == []
-        assert all(t >= 20 - 3 for _, t, _ in fog.leader.nonces.values())        # older ones pruned
+        assert fog.roles.get("prio3").leader.journal.state("r1", 20) == "done" and fog.roles.get("prio3").leader.journal.batch("r1", 20) == []
+        assert all(t >= 20 - 3 for _, t, _ in fog.roles.get("prio3").leader.nonces.values())        # older ones pruned
         stop.set()
         await task
 
@@ -87,7 +87,7 @@ def test_a_malformed_answer_is_refused_and_counted(tmp_path, bad):
         stop = asyncio.Event()
         task = asyncio.create_task(fog.run(stop))
         await settle()
-        fog._source.put(topics.prio3_verify_topic("r1"), bad)
+        fog.ctx.source.put(topics.prio3_verify_topic("r1"), bad)
         await settle()
         stop.set()
         await task
