@@ -57,14 +57,16 @@ def test_retained_reports_are_ignored_by_a_fog_that_subscribes_and_never_held(mo
     publish_retained(mosquitto.port, wire.report_topic("r1", DEVICES[0]), big)
     publish_retained(mosquitto.port, wire.report_topic("r1", DEVICES[1]), small)
     fog = fog_service(tmp_path, mosquitto.port)
-    with ServiceThread(fog):
-        assert wait(lambda: fog.metrics.value("reports_rejected", reason="retained") >= 2)
-        time.sleep(0.5)           # what else it would take from them
-        assert fog.metrics.value("reports_accepted") == 0
-        assert fog.journal.open_reports() == []
-        assert fog.metrics.value("reports_rejected", reason="retained") == 2
-    for topic in (wire.report_topic("r1", d) for d in DEVICES[:2]):
-        publish_retained(mosquitto.port, topic, "")          # clear them for the next test on this broker
+    try:
+        with ServiceThread(fog):
+            assert wait(lambda: fog.metrics.value("reports_rejected", reason="retained") >= 2)
+            time.sleep(0.5)           # what else it would take from them
+            assert fog.metrics.value("reports_accepted") == 0
+            assert fog.ctx.journal.open_reports() == []
+            assert fog.metrics.value("reports_rejected", reason="retained") == 2
+    finally:
+        for topic in (wire.report_topic("r1", d) for d in DEVICES[:2]):
+            publish_retained(mosquitto.port, topic, "")      # cleared for the next test on this shared broker
 
 
 def test_a_late_report_is_told_to_its_device_and_counted_in_its_status(mosquitto, tmp_path):
