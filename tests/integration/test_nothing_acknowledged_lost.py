@@ -95,8 +95,8 @@ def probe(port: int, client_id: str, hold_s: float = 1.0, every_s: float | None 
     deadline, n = time.monotonic() + hold_s, 0
     while True:
         c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True)
-        connected = []
-        c.on_connect = lambda *a: connected.append(1)
+        connected: list[int] = []
+        c.on_connect = lambda *a, seen=connected: seen.append(1)
         c.connect("127.0.0.1", port)
         c.loop_start()
         wait_until = time.monotonic() + 10
