@@ -664,7 +664,7 @@ class MqttLink:
                 self._waiting[info.mid] = fut
         return fut
 
-    def publish_qos0(self, messages: list[tuple[str, str | bytes]]) -> int:
+    def publish_qos0(self, messages: Iterable[tuple[str, str | bytes]]) -> int:
         """Best-effort notes (end-to-end receipts): QoS 0, no future, no PUBACK; dropped while the link
         is down (the receiver asks again). How many were handed to paho."""
         if self.client is None or not self.connected.is_set():
