@@ -219,6 +219,12 @@ class FogConfig(TomlSettings):
         if self.device_mechanism == "prio3" and (self.prio3 is None or self.prio3.params is None):
             raise ValueError("device_mechanism = \"prio3\" needs a [prio3] table with its params "
                              "(kind, dp_eps, key_id, ...) and verify_key_file")
+        if self.prio3 is not None and self.prio3.params is None:
+            # Issue 26: a Prio3 leader's params are its own, never the control message's.
+            raise ValueError("[prio3] needs its own params ([prio3.params]: kind, dp_eps, key_id, ...)")
+        if self.device_mechanism == "prio3" and self.eps_levels != [self.prio3.params.dp_eps]:
+            raise ValueError(f"device_mechanism = \"prio3\": eps_levels must be [prio3.params.dp_eps] = "
+                             f"[{self.prio3.params.dp_eps}], got {self.eps_levels}")
         return self
 
     @model_validator(mode="after")

@@ -20,10 +20,12 @@ from rase_common.protocol.topics import parse_report_topic
 # range, a bit, a category or mask); implausible_y: an output of BR without
 # clamping, but beyond the stated tail (rase_common.mechanisms.br.REPORT_TAIL).
 # quarantined_device: a valid report from a device the fog's attacker detection quarantined (fog_shuffler.screen.detection).
-# nonce_repeated, malformed_share, prio3_reply_invalid: the secure-aggregation mode (fog_shuffler.prio3.leader).
+# nonce_repeated, malformed_share, prio3_reply_invalid: the secure-aggregation mode (fog_shuffler.prio3.leader);
+# params_mismatch: a report made under other Prio3 params than the fog's own; prio3_reply_unsolicited: a
+# helper answer for a batch the fog never sent (issue 26).
 REASONS = ("oversized", "bad_topic", "malformed_json", "wrong_type", "non_finite", "unknown_device",
            "t_out_of_range", "implausible_y", "eps_not_on_menu", "impossible_y", "quarantined_device",
-           "nonce_repeated", "malformed_share", "prio3_reply_invalid")
+           "nonce_repeated", "malformed_share", "prio3_reply_invalid", "params_mismatch", "prio3_reply_unsolicited")
 
 
 class Rejected(ProtocolError):

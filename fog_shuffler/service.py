@@ -245,7 +245,7 @@ class FogService(Service):
         storage failure is counted once."""
         if self.hold.stale:
             self._rebuild_from_journal()
-        rows, dups, replies = [], [], []
+        rows, dups, replies, others = [], [], [], 0
         after: list[tuple[str | None, str, Outcome | None, object]] = []   # (reject reason, detail, outcome, msg)
         complete = False
         for msg, now_t in batch:
@@ -255,10 +255,18 @@ class FogService(Service):
                 continue
             if self.leader is not None and self.leader.is_reply(msg.topic):
                 try:
-                    replies.append(self.leader.reply(msg.payload))
+                    row = self.leader.reply(msg.payload)       # None: a late repeat, nothing to journal
+                    replies += [row] if row is not None else []
                     after.append((None, "", None, msg))
                 except Rejected as err:
                     after.append((err.reason, str(err), None, msg))
+                others += 1
+                continue
+            if self.leader is not None and self.leader.is_aggregate(msg.topic):
+                # Issue 26: a published aggregate, compared with the leader's own statements (an alarm if not).
+                self.leader.check_aggregate(msg.payload)
+                after.append((None, "", None, msg))
+                others += 1
                 continue
             try:
                 rep = self._validate(msg, now_t)
@@ -295,7 +303,7 @@ class FogService(Service):
             self.leader.commit(replies)
         self._count(after)
         self.source.ack([m for *_, m in after])
-        self.reports_taken += len(after) - len(replies)
+        self.reports_taken += len(after) - others
         if complete:
             self.due.set()
 
@@ -309,7 +317,7 @@ class FogService(Service):
                     self._tell_device(msg.topic, reason, detail)
                     where = topics.parse_report_topic(msg.topic)
                     if where is not None and where[0] in self.cfg.regions:
-                        self.counters.rejected[where[0]] += 1
+                        self.counters.reject(where[0], reason)
                 elif outcome is not None:
                     taken[outcome] += 1
                     if outcome is Outcome.LATE:
@@ -348,7 +356,11 @@ class FogService(Service):
             changed = self.gate.follow(msg.payload, self.now_t())
         except ProtocolError as err:
             self.quarantine.put(msg.topic, err.reason, err.detail, msg.payload)
+            if self.leader is not None:           # issue 26: other prio3 params are an alarm at the leader
+                self.leader.control_checked(err)
             return
+        if self.leader is not None:
+            self.leader.control_checked(None)
         if not changed:
             return
         if self.screen is not None:

@@ -261,6 +261,7 @@ class FusionService(Service):
         if self.helper is None:
             return [("prio3_not_configured", "a prio3 message, but this fusion center has no [prio3]", r)
                     for r in got]
+        self.helper.follow(self.precision, self.clock.now())   # issue 26: the helper's own params, by t
         bad = self.helper.take([r.payload for r in got], time.time(), lambda t: self.store.has_aggregate("all", t))
         return [(b[0], b[1], r) for b, r in zip(bad, got) if b is not None]
 
@@ -363,7 +364,9 @@ class FusionService(Service):
         now = time.time()
         for t, ready, first in self.helper.due(now):
             made = self.helper.aggregate(t, ready, self.precision, level=self.cfg.level,
-                                         history=self.history.series, windows_w=tuple(self.cfg.windows_w))
+                                         history=self.history.series, windows_w=tuple(self.cfg.windows_w),
+                                         clip_bias_bound=self.cfg.clipping.bias_bound_w if self.cfg.clipping
+                                         else None)
             if made is not None and self.store.store_aggregate("all", t, made[0].model_dump_json(), self.clock.now()):
                 self.history.add(made[0].mechanism, t, made[1])
                 self._stored(made[0], made[1], now - first)

@@ -173,6 +173,31 @@ def write_keys(out_dir: Path) -> dict[str, str]:
             "public_key_file": str(files["helper.pub"]), "public_key": public.hex(), "key_id": key_id_of(public)}
 
 
+class Alarm:
+    """A refusal or a discrepancy, logged at WARNING once per episode and
+    reason (the metric counts every one): the first of a reason starts an
+    episode, cleared() (a window went through cleanly) ends them all with one
+    INFO line saying how many there were."""
+
+    def __init__(self, name: str, log):  # noqa: ANN001 - a logging.Logger
+        self.name = name
+        self.log = log
+        self.active: dict[str, int] = {}
+
+    def raised(self, reason: str, detail: str) -> None:
+        if reason not in self.active:
+            self.log.warning("%s: %s (%s); further ones are counted in the metrics until a window goes through "
+                             "cleanly", self.name, reason, detail)
+            self.active[reason] = 0
+        self.active[reason] += 1
+
+    def cleared(self) -> None:
+        if self.active:
+            self.log.info("%s: a window went through cleanly after %s", self.name,
+                          ", ".join(f"{k} x {v}" for k, v in sorted(self.active.items())))
+            self.active = {}
+
+
 async def work_loop(name: str, step, wakeup, storage, idle_s: float) -> None:  # noqa: ANN001
     """An aggregator's exchange task: step(now) again at once while it finds
     work, else when woken (an answer or a share came) or every idle_s

@@ -70,7 +70,8 @@ class WindowCloser:
         """Secure aggregation: the leader closes the window's Prio3 reports; the
         rest of the window (None: nothing) goes on as usual."""
         mine, rest = split_prio3(cw)
-        if await self.leader.close(mine, self.gate.candidates(cw.t), self.counters.rejected[cw.region]):
+        if await self.leader.close(mine, self.gate.candidates(cw.t), self.counters.rejected[cw.region],
+                                   dict(self.counters.rejected_by.get(cw.region, {}))):
             self.counters.forwarded(cw.region)
         else:
             self.metrics.suppressed.inc()

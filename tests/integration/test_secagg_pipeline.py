@@ -23,6 +23,7 @@ from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
 from fusion_center.service import FusionService
 from rase_common.protocol.aggregate import Aggregate
+from rase_common.protocol.prio3 import Prio3Statement
 from tests.integration.secagg_support import AckedPublisher, Deployment, forged_report, wait, window_reports
 from tests.mqtt_helpers import Recorder, ServiceThread
 
@@ -77,6 +78,14 @@ def test_the_published_total_is_the_exact_sum_of_the_accepted_reports_and_a_forg
         assert s.counts == [float(truth.count(b)) for b in range(len(s.counts))]
         assert [f.value for f in agg.frequencies] == pytest.approx([truth.count(b) / len(truth) for b in range(4)])
     assert s.wall_clock.t_end - s.wall_clock.t_start == dep.period_s and s.privacy["eps_per_release"] == 1.0
+    # Every wall-clock field and the privacy unit (issue 26), and each party's view of the window.
+    assert (agg.t_start, agg.t_end, agg.period_s) == (s.wall_clock.t_start, s.wall_clock.t_end, dep.period_s)
+    assert agg.t_start_iso.endswith("Z") and agg.t_end_iso.endswith("Z")
+    assert agg.privacy_unit.eps_per_report == 1.0 and agg.privacy_unit.central_eps == 1.0
+    assert (agg.clipping is not None) == (kind == "sum")
+    views = s.regions[dep.region]
+    assert views.leader.received == views.helper.received == len(honest) + 1
+    assert views.leader.accepted == views.helper.accepted == len(honest) and s.discrepancies == {}
     # What the fusion center was sent: batches and shares without a device id or a report's topic.
     sent = [m.payload for m in rec.on("rase/v1/windows/")]
     assert sent and all(json.loads(p)["type"] in ("prio3_batch", "prio3_share") for p in sent)
@@ -86,7 +95,9 @@ def test_the_published_total_is_the_exact_sum_of_the_accepted_reports_and_a_forg
         assert set(json.loads(payload)) <= {"type", "v", "region", "t", "total", "first", "count", "params", "nonces",
                                             "public_shares", "sealed", "leader_verifier_shares", "leader_live",
                                             "ingest_rejected", "leader_accepted", "accepted", "accepted_digest",
-                                            "agg_share", "dropped", "leader_rejected", "noise_draws"}
+                                            "agg_share", "dropped", "leader_rejected", "noise_draws", "statement"}
+        statement = json.loads(payload).get("statement") or {}      # the leader's account: counts only
+        assert set(statement) <= set(Prio3Statement.model_fields)
     # The fog keeps no device beside a closed window's shares.
     db = sqlite3.connect(tmp_path / "fog.sqlite")
     assert db.execute("SELECT COUNT(*) FROM prio3_reports").fetchone()[0] == 0
@@ -140,7 +151,6 @@ def test_a_real_agent_ignores_a_forged_control_message_with_another_key_id(mosqu
     from rase_common.protocol.prio3 import Prio3Report
     from rase_common.secagg import read_key
     from rase_common.vdaf import open_helper_shares
-    from rase_device.secagg import report_ctx
     from tests.mqtt_helpers import publish_retained
 
     dep = Deployment(tmp_path, period_s=1.0)
@@ -170,4 +180,4 @@ def test_a_real_agent_ignores_a_forged_control_message_with_another_key_id(mosqu
     for m in rec.on("rase/v1/reports/"):
         rep = Prio3Report.model_validate_json(m.payload)
         nonce, pub, _, sealed = rep.shares(dep.params.report_sizes())
-        assert open_helper_shares(sk, report_ctx("r1", "per-t", rep.t), [nonce], [pub], [sealed])[0] is not None
+        assert open_helper_shares(sk, dep.params.ctx("r1", rep.t), [nonce], [pub], [sealed])[0] is not None
