@@ -179,8 +179,8 @@ class FogService(Service):
 
     def subscriptions(self) -> list[tuple[str, int]]:
         subs = [(topics.reports_filter(r), 1) for r in self.cfg.regions] + [(topics.CONTROL_TOPIC, 1)]
-        if self.leader is not None and self.cfg.sink == "mqtt":
-            subs += self.leader.subscriptions()      # the helper answers over the same transport
+        if self.leader is not None:     # the helper answers over the same transport; aggregates always over MQTT
+            subs += self.leader.subscriptions(replies_over_mqtt=self.cfg.sink == "mqtt")
         return subs
 
     def make_link(self) -> MqttLink:

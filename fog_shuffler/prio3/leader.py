@@ -138,6 +138,7 @@ class Prio3Leader:
         self.statement_sink = None        # the fog's own statements (MQTT; None: not published, e.g. in memory)
         self.statement_sender: OutboxSender | None = None
         self.finished = 0                 # windows whose noisy share was queued (each makes one aggregate)
+        self.checked = 0                  # published secure aggregates compared with the statements
         self.alarm = Alarm("fog prio3", log)       # refusals and discrepancies: WARNING once per episode
 
     # -- start -----------------------------------------------------------------------------
@@ -188,9 +189,11 @@ class Prio3Leader:
         self.journal.mark_sent(row[0], row[1], row[2])
         crash_point("leader_after_forward" if row[2] < SHARE_SEQ else "leader_after_share")
 
-    def subscriptions(self) -> list[tuple[str, int]]:
-        """The helper's answers (MQTT transport) and the published aggregates (compared with the statements)."""
-        return [(topics.prio3_verify_topic(r), 1) for r in sorted(self.regions)] + [(topics.AGGREGATES_T_FILTER, 1)]
+    def subscriptions(self, replies_over_mqtt: bool = True) -> list[tuple[str, int]]:
+        """The helper's answers (when they come over MQTT) and the published
+        aggregates (compared with the leader's statements, whatever the transport)."""
+        replies = [(topics.prio3_verify_topic(r), 1) for r in sorted(self.regions)] if replies_over_mqtt else []
+        return replies + [(topics.AGGREGATES_T_FILTER, 1)]
 
     def tasks(self) -> list:
         out = [self.sender.run(), self._work()]
@@ -269,6 +272,7 @@ class Prio3Leader:
             return {}                  # not ours to judge: the fusion center's own schema
         if agg.prio3 is None:
             return {}
+        self.checked += 1
         found: dict[str, int] = {}
         for region in sorted(self.regions & set(agg.prio3.regions)):
             text = self.journal.statement(region, agg.t)

@@ -177,8 +177,7 @@ class Prio3Helper:
 
     def _refuse(self, reason: str, detail: str) -> tuple[str, str]:
         self.metrics.refused.labels(reason).inc()
-        if reason != "late":
-            self.alarm.raised(reason, detail)
+        self.alarm.raised(reason, detail)
         return reason, detail[:300]
 
     # -- intake ----------------------------------------------------------------------------------
@@ -198,7 +197,7 @@ class Prio3Helper:
             if m.region not in self.known:             # the regions are the helper's own config's
                 bad[-1] = self._refuse("unknown_region", f"region {m.region!r} is not one of {sorted(self.known)}")
                 continue
-            if has_aggregate(m.t):                         # late: its t is published already
+            if has_aggregate(m.t) and not self.store.finished(m.region, m.t):   # late: t is published already
                 if isinstance(m, Prio3Share) and self.store.state(m.region, m.t) is not None:
                     self._drop(m.region, m.t, "late")
                 continue
@@ -208,7 +207,11 @@ class Prio3Helper:
                     bad[-1] = self._refuse("params_mismatch", f"({m.region}, {m.t}): the batch's params "
                                            f"{m.params.text} are not the helper's own "
                                            f"{' or '.join(p.text for p in mine) or '(none yet)'}")
-                    refused |= self.store.refuse(m.region, m.t, refusal(m.region, m.t, m.total, "params_mismatch"))
+                    # Nothing is ever released for this window: refused, answered and finished at once.
+                    if self.store.refuse(m.region, m.t, refusal(m.region, m.t, m.total, "params_mismatch"),
+                                         finish="params_mismatch"):
+                        refused = True
+                        self.metrics.windows.labels("dropped_params_mismatch").inc()
                     continue
                 parts.append((m.region, m.t, m.first, payload.decode()))
                 at_part.append(len(bad) - 1)

@@ -112,7 +112,7 @@ class HelperStore:
                 elif prev is not None:
                     bad_shares[j] = "share_conflict"
                 elif self._finished(region, t):
-                    bad_shares[j] = "late"
+                    continue                        # the helper finished it without a share: late, ignored
                 else:
                     self.db.execute("INSERT INTO prio3_shares VALUES (?,?,?)", (region, t, payload))
                     self.db.execute("INSERT INTO prio3_share_digests VALUES (?,?,?)", (region, t, d))
@@ -127,11 +127,19 @@ class HelperStore:
             v = self._one("SELECT value FROM prio3_meta WHERE key='pruned_before'", ())
         return int(v) if v is not None else -(1 << 62)
 
-    def refuse(self, region: str, t: int, message: str) -> bool:
-        """Queue the helper's refusal of a batch (once per window); True if it is new."""
-        with storage_errors("fusion store"):
-            return self.db.execute("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
-                                   (region, t, REFUSAL_SEQ, message)).rowcount > 0
+    def refuse(self, region: str, t: int, message: str, *, finish: str | None = None) -> bool:
+        """Queue the helper's refusal of a batch (once per window), and with
+        `finish` mark the window finished for that reason in the same
+        transaction (nothing is ever released for it); True if the refusal is new."""
+        with storage_errors("fusion store"), self.db:
+            self.db.execute("BEGIN")
+            new = self.db.execute("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
+                                  (region, t, REFUSAL_SEQ, message)).rowcount > 0
+            if finish is not None:
+                for table in ("prio3_batches", "prio3_shares", "prio3_windows"):
+                    self.db.execute(f"DELETE FROM {table} WHERE region=? AND t=?", (region, t))
+                self.db.execute("INSERT OR IGNORE INTO prio3_done VALUES (?,?,?)", (region, t, finish))
+        return new
 
     def seen_nonces(self, region: str, t: int, nonces: list[bytes]) -> set[bytes]:
         """The nonces among `nonces` the helper verified in another window."""
@@ -164,6 +172,10 @@ class HelperStore:
         """(since_t, params JSON), newest first (at most the current and the previous)."""
         with storage_errors("fusion store"):
             return self.db.execute("SELECT since_t, params FROM prio3_params ORDER BY since_t DESC").fetchall()
+
+    def finished(self, region: str, t: int) -> bool:
+        with storage_errors("fusion store"):
+            return self._finished(region, t)
 
     def _finished(self, region: str, t: int) -> bool:
         return self.db.execute("SELECT 1 FROM prio3_done WHERE region=? AND t=?", (region, t)).fetchone() is not None
@@ -205,8 +217,10 @@ class HelperStore:
         ready to aggregate (record None: dropped, for `reason`)."""
         with storage_errors("fusion store"), self.db:
             self.db.execute("BEGIN")
-            for table in ("prio3_batches", "prio3_shares", "prio3_windows", "prio3_outbox"):
+            for table in ("prio3_batches", "prio3_shares", "prio3_windows"):
                 self.db.execute(f"DELETE FROM {table} WHERE region=? AND t=?", (region, t))
+            # The answers go; a refusal stays until it is sent (then pruned).
+            self.db.execute("DELETE FROM prio3_outbox WHERE region=? AND t=? AND (seq >= 0 OR sent=1)", (region, t))
             self.db.execute("INSERT OR REPLACE INTO prio3_done VALUES (?,?,?)", (region, t, reason))
             if record is not None:
                 self.db.execute("INSERT OR IGNORE INTO prio3_ready VALUES (?,?,?,?)",

@@ -32,7 +32,8 @@ READINGS = [0.0, 3.0, 9.6, 10.4, 55.0, 99.5, 100.0, 250.0, 999.0, 1000.2, 2500.0
 
 
 def run_window(dep: Deployment, port: int, *, forged: bool, fog_extra=None, fusion_extra=None,
-               recorder_topics=("rase/v1/windows/#",)) -> tuple[Aggregate, Recorder]:
+               recorder_topics=("rase/v1/windows/#", "rase/v1/prio3/statements/#")
+               ) -> tuple[Aggregate, Recorder, FogService]:
     fog = ServiceThread(FogService(FogConfig.load(None, **dep.fog_settings(port, **(fog_extra or {})))))
     fusion = ServiceThread(FusionService(FusionConfig.load(None, **dep.fusion_settings(port, **(fusion_extra or {})))))
     rec = Recorder(port, list(recorder_topics))
@@ -50,7 +51,9 @@ def run_window(dep: Deployment, port: int, *, forged: bool, fog_extra=None, fusi
         assert wait(lambda: fusion.service.store.count() >= 1, 60), "no aggregate published"
         row = fusion.service.store.recent("all", t, t)
         assert row, fusion.service.store.recent("all", 0, 1 << 40)
-        return Aggregate.model_validate(row[0]), rec
+        # The fog states its own account on its topic, and compares the published aggregate with it.
+        assert wait(lambda: rec.on("rase/v1/prio3/statements/") and fog.service.leader.checked >= 1, 30)
+        return Aggregate.model_validate(row[0]), rec, fog.service
     finally:
         pub.close()
         fog.stop()
@@ -61,7 +64,7 @@ def run_window(dep: Deployment, port: int, *, forged: bool, fog_extra=None, fusi
 def test_the_published_total_is_the_exact_sum_of_the_accepted_reports_and_a_forged_one_is_counted(
         kind, mosquitto, tmp_path):
     dep = Deployment(tmp_path, kind=kind)
-    agg, rec = run_window(dep, mosquitto.port, forged=True)
+    agg, rec, fog = run_window(dep, mosquitto.port, forged=True)
     honest = READINGS[:len(dep.devices) - 1]
     truth = [dep.measurement(x) for x in honest]
     s = agg.prio3
@@ -86,6 +89,11 @@ def test_the_published_total_is_the_exact_sum_of_the_accepted_reports_and_a_forg
     views = s.regions[dep.region]
     assert views.leader.received == views.helper.received == len(honest) + 1
     assert views.leader.accepted == views.helper.accepted == len(honest) and s.discrepancies == {}
+    (statement,) = [Prio3Statement.model_validate_json(m.payload) for m in rec.on("rase/v1/prio3/statements/")]
+    assert (statement.t, statement.received, statement.accepted) == (agg.t, len(honest) + 1, agg.n)
+    assert statement.leader_rejected == {"proof_invalid": 1} and statement.discrepancies == {}
+    assert not any(s.value for m in fog.metrics.registry.collect() if m.name == "rase_fog_prio3_helper_discrepancies"
+                   for s in m.samples)
     # What the fusion center was sent: batches and shares without a device id or a report's topic.
     sent = [m.payload for m in rec.on("rase/v1/windows/")]
     assert sent and all(json.loads(p)["type"] in ("prio3_batch", "prio3_share") for p in sent)
@@ -113,7 +121,7 @@ def test_with_noise_the_total_is_near_the_truth_and_its_interval_is_the_exact_on
     from rase_common.mechanisms.prio3 import noise_law
 
     dep = Deployment(tmp_path, noise=True)
-    agg, _ = run_window(dep, mosquitto.port, forged=False)
+    agg, _, _ = run_window(dep, mosquitto.port, forged=False)
     truth = sum(dep.measurement(x) for x in READINGS)
     law = noise_law(4000, 1.0, 2)
     assert agg.prio3.noise["draws"] == 2 and agg.prio3.noise["scale_per_draw"] == law.scale
@@ -127,7 +135,7 @@ def test_fog_to_fusion_through_tansu(mosquitto, tansu, tmp_path):
     Kafka (rase.windows and rase.prio3.verify); devices still use MQTT."""
     dep = Deployment(tmp_path, kind="count")
     kafka = {"bootstrap_servers": tansu.bootstrap, "idempotent": False}
-    agg, _ = run_window(dep, mosquitto.port, forged=True, fog_extra={"sink": "kafka", "kafka": kafka},
+    agg, _, _ = run_window(dep, mosquitto.port, forged=True, fog_extra={"sink": "kafka", "kafka": kafka},
                         fusion_extra={"source": "kafka", "kafka": kafka})
     truth = [dep.measurement(x) for x in READINGS[:len(dep.devices) - 1]]
     assert agg.prio3.total == sum(truth) and agg.n == len(truth) and agg.prio3.rejected == {"proof_invalid": 1}

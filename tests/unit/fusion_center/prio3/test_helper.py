@@ -94,8 +94,11 @@ def test_the_intake_stores_parts_once_counts_bad_ones_and_answers_a_repeat_again
     assert hs.add([("r1", 5, 0, "part")], [], 3.0) == ([("r1", 5)], {}, {})    # the leader asked again
     assert [r[3] for r in hs.unsent()] == ["answer"]
     hs.finish("r1", 5, None, 4.0, "under_k_min")
-    # After the window is finished: the same part again is ignored; a share for it is late.
-    assert hs.add([("r1", 5, 0, "part")], [("r1", 5, "share")], 5.0) == ([], {}, {0: "late"})
+    # After the window is finished: the same part again is ignored; a share for it is late (ignored);
+    # another part for it is refused.
+    assert hs.add([("r1", 5, 0, "part")], [("r1", 5, "share")], 5.0) == ([], {}, {})
+    assert hs.add([("r1", 5, 0, "other part")], [], 5.0) == ([], {0: "batch_conflict"}, {})
+    assert hs.add([("r1", 5, 1, "a new part")], [], 5.0) == ([], {0: "batch_after_release"}, {})
     assert hs.windows() == []
 
 
