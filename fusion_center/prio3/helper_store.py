@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 
 from rase_common.sqlite import storage_errors
 
@@ -202,7 +203,7 @@ class HelperStore:
             row = self.db.execute("SELECT payload FROM prio3_shares WHERE region=? AND t=?", (region, t)).fetchone()
         return row[0] if row else None
 
-    def answered(self, region: str, t: int, messages: list[str], now: float, nonces: list[bytes] = ()) -> None:
+    def answered(self, region: str, t: int, messages: list[str], now: float, nonces: Sequence[bytes] = ()) -> None:
         """Atomically: the answer's parts are queued, the window is `answered`,
         and the nonces it verified are recorded (never verified again elsewhere)."""
         with storage_errors("fusion store"), self.db:

@@ -92,6 +92,13 @@ def test_the_params_text_and_id_are_the_same_on_the_device_and_the_server(params
     assert model.ctx("r1", 9) == report_ctx("r1", 9, model.params_id)
 
 
+def test_the_documented_example_of_docs_api():
+    """docs/api.md, "The report context": the example's params id and context."""
+    model = Prio3Params(**PARAMS_TEXTS[0][0])
+    assert model.params_id == "9fe0d8c2014a9ee236e3dffc07958726"
+    assert model.ctx("r1", 9) == b"rase/v1/prio3/r1/9/9fe0d8c2014a9ee236e3dffc07958726"
+
+
 def test_every_params_field_changes_the_id():
     base = Prio3Params(**PARAMS_TEXTS[0][0])
     changed = [base.model_copy(update=u) for u in ({"max_measurement": 4095}, {"product": "hourly"},
