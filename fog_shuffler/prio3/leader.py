@@ -126,6 +126,7 @@ class Prio3Leader:
         self.storage = storage
         self.forwarding = Outage(f"fog prio3 exchange via {sink_name}", log)
         self.outbox_wakeup = Wakeup()
+        self.statement_wakeup = Wakeup()   # its own: one Wakeup wakes one waiting sender
         self.work_wakeup = Wakeup()
         self.verify_key = b""
         self.journal: LeaderJournal | None = None
@@ -183,7 +184,7 @@ class Prio3Leader:
                 "fog prio3 statements", unsent=self.journal.unsent_statements,
                 send=lambda row: self.statement_sink.send(row[0], row[3]),
                 mark_sent=lambda row: self.journal.mark_sent(row[0], row[1], row[2]),
-                outage=Outage("fog prio3 statements", log), storage=self.storage, wakeup=self.outbox_wakeup)
+                outage=Outage("fog prio3 statements", log), storage=self.storage, wakeup=self.statement_wakeup)
 
     def _sent(self, row: tuple[str, int, int, str]) -> None:
         self.journal.mark_sent(row[0], row[1], row[2])
@@ -401,6 +402,7 @@ class Prio3Leader:
             log.info("fog prio3 (%s, %d): dropped, %s (%d of %d accepted by both, k_min %d)", region, t,
                      share.dropped, n, total, self.k_min)
         self.outbox_wakeup.set()
+        self.statement_wakeup.set()
 
     def _drop(self, params: Prio3Params, region: str, t: int, total: int, reason: str) -> None:
         log.warning("fog prio3 (%s, %d): dropped, %s: no answer from the helper", region, t, reason)
@@ -412,6 +414,7 @@ class Prio3Leader:
                             statement=share.statement.model_dump_json())
         self.metrics.windows.labels(f"dropped_{reason}").inc()
         self.outbox_wakeup.set()
+        self.statement_wakeup.set()
 
     async def _reply_intake(self) -> None:
         """Kafka: the helper's answers from their own topic, journaled, then acknowledged."""
