@@ -62,13 +62,14 @@ observe-tools:
 	done
 
 # The live page's browser libraries (`rase dashboard`), from npm at pinned
-# versions; their browser bundles are copied next to the page (git-ignored),
-# so the browser never fetches anything from the internet.
+# versions; their browser bundles are copied next to the page (they are in git
+# there too, so a checkout and the image serve the page without npm), and the
+# browser never fetches anything from the internet.
 DASH_NPM := .tools/dashboard
 DASH_VENDOR := fusion_center/dashboard/vendor
 MQTT_JS := mqtt@5.16.0
 UPLOT_JS := uplot@1.6.32
-$(DASH_VENDOR)/.installed: Makefile
+$(DASH_NPM)/.installed: Makefile
 	mkdir -p $(DASH_NPM) $(DASH_VENDOR)
 	npm install --prefix $(DASH_NPM) --no-audit --no-fund --silent $(MQTT_JS) $(UPLOT_JS)
 	cp $(DASH_NPM)/node_modules/mqtt/dist/mqtt.min.js $(DASH_VENDOR)/
@@ -78,7 +79,7 @@ $(DASH_VENDOR)/.installed: Makefile
 	cp $(DASH_NPM)/node_modules/uplot/LICENSE $(DASH_VENDOR)/uplot.LICENSE
 	touch $@
 
-dashboard: $(DASH_VENDOR)/.installed
+dashboard: $(DASH_NPM)/.installed
 
 $(MPY_MJS):
 	mkdir -p $(MPY_DIR)

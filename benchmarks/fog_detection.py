@@ -1,5 +1,5 @@
 """The fog's ingest with attacker detection on and off: CPU time per report of
-FogService._ingest_batch (validation, windows, the detector's update, one
+FogService.roles.ingest (validation, windows, the detector's update, one
 journal commit per batch, the acknowledgements) for a fleet of Duchi
 devices, against the same reports with detection off, measured in the same
 run (alternating, best of 3; CPU time, not wall time, because the machine
@@ -57,7 +57,7 @@ async def seconds_per_report(devices: list[str], batches: list[list[Message]], d
                 for i in range(0, len(period), BATCH):
                     chunk = [(m, t) for m in period[i:i + BATCH]]
                     t0 = time.process_time()
-                    fog._ingest_batch(chunk)
+                    fog.source.ack(fog.roles.ingest(chunk))
                     total += time.process_time() - t0
             assert fog.metrics.value("reports_accepted") == sum(len(p) for p in batches)
     return total / sum(len(p) for p in batches)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -13,13 +13,13 @@ from rase_device import wire
 from rase_device.mechanisms import DEFAULT_MECHANISM, check_mechanism
 from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from rase_device.randomizer import check_finite
-from fog_shuffler.prio3.leader import Prio3FogConfig
 from fog_shuffler.shuffle.relationship import RelationshipGraph
 from fog_shuffler.shuffle.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
 from rase_common.protocol.control import ControlPolicy
-from rase_common.settings import TomlSettings
+from rase_common.role import role_classes
+from rase_common.settings import TomlSettings, with_role_tables
 
 REFIT_APPLIANCES = 9
 
@@ -114,7 +114,7 @@ class FogCentralTarget(BaseModel):
     delta: float = Field(1e-6, gt=0, lt=0.01)
 
 
-class FogConfig(TomlSettings):
+class _FogConfig(TomlSettings):
     model_config = SettingsConfigDict(env_prefix="RASE_FOG_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
     name: str = "fog1"                  # MQTT client id fog-{name}: a fixed id keeps the broker session
@@ -155,8 +155,8 @@ class FogConfig(TomlSettings):
     privacy_delta: float = Field(1e-6, gt=0, lt=0.01)   # delta of the per-window amplification statement
     sink: Literal["mqtt", "kafka"] = "mqtt"   # where windows go: rase/v1/windows/{region} or Kafka
     kafka: KafkaConfig = KafkaConfig()
-    # Secure aggregation (device_mechanism / the control's mechanism "prio3"): the fog is Prio3's leader.
-    prio3: Prio3FogConfig | None = None
+    # Each role's own table (the secure mode's leader: [prio3]) is a field too, added from the
+    # registry's roles below (rase_common.settings.with_role_tables).
 
     @field_validator("regions")
     @classmethod
@@ -195,7 +195,7 @@ class FogConfig(TomlSettings):
         return check_finite("on_above", v)
 
     @model_validator(mode="after")
-    def _buds_batches(self) -> "FogConfig":
+    def _buds_batches(self) -> "_FogConfig":
         # A report hides among its BUDS batch only; batches of at least b/2 reports (buds_batches)
         # must not be smaller than the k_min that every forwarded window is held to.
         if self.shuffler.shuffle_mode == "buds" and self.shuffler.buds_batch_size < 2 * self.k_min:
@@ -207,7 +207,7 @@ class FogConfig(TomlSettings):
         return int(math.ceil(self.allowed_lateness_s / self.period_s))
 
     @model_validator(mode="after")
-    def _central_target(self) -> "FogConfig":
+    def _central_target(self) -> "_FogConfig":
         if self.central_target is not None and self.shuffler.shuffle_mode != "uniform":
             raise ValueError(f"central_target: this fog cannot deliver a central eps with shuffler.shuffle_mode = "
                              f"\"{self.shuffler.shuffle_mode}\" (Mallows windows carry d_sigma privacy, not "
@@ -215,20 +215,19 @@ class FogConfig(TomlSettings):
         return self
 
     @model_validator(mode="after")
-    def _prio3(self) -> "FogConfig":
-        if self.device_mechanism == "prio3" and (self.prio3 is None or self.prio3.params is None):
-            raise ValueError("device_mechanism = \"prio3\" needs a [prio3] table with its params "
-                             "(kind, dp_eps, key_id, ...) and verify_key_file")
-        if self.prio3 is not None and self.prio3.params is None:
-            # Issue 26: a Prio3 leader's params are its own, never the control message's.
-            raise ValueError("[prio3] needs its own params ([prio3.params]: kind, dp_eps, key_id, ...)")
-        if self.device_mechanism == "prio3" and self.eps_levels != [self.prio3.params.dp_eps]:
-            raise ValueError(f"device_mechanism = \"prio3\": eps_levels must be [prio3.params.dp_eps] = "
-                             f"[{self.prio3.params.dp_eps}], got {self.eps_levels}")
+    def _roles(self) -> "_FogConfig":
+        for cls in role_classes("fog"):
+            cls.check_config(self)
         return self
 
     @model_validator(mode="after")
-    def _range(self) -> "FogConfig":
+    def _range(self) -> "_FogConfig":
         if not self.x_min < self.x_max:
             raise ValueError(f"x_min must be < x_max, got {self.x_min} and {self.x_max}")
         return self
+
+
+if TYPE_CHECKING:
+    FogConfig = _FogConfig
+else:
+    FogConfig = with_role_tables(_FogConfig, "fog", __name__)

@@ -19,20 +19,24 @@ from rase_common.protocol.topics import parse_report_topic
 # (rase_common.mechanisms: Duchi's two values, PM's grid, BR's grid and clamp
 # range, a bit, a category or mask); implausible_y: an output of BR without
 # clamping, but beyond the stated tail (rase_common.mechanisms.br.REPORT_TAIL).
-# quarantined_device: a valid report from a device the fog's attacker detection quarantined (fog_shuffler.screen.detection).
-# nonce_repeated, malformed_share, prio3_reply_invalid: the secure-aggregation mode (fog_shuffler.prio3.leader);
-# params_mismatch: a report made under other Prio3 params than the fog's own; prio3_reply_unsolicited: a
-# helper answer for a batch the fog never sent (issue 26).
-REASONS = ("oversized", "bad_topic", "malformed_json", "wrong_type", "non_finite", "unknown_device",
-           "t_out_of_range", "implausible_y", "eps_not_on_menu", "impossible_y", "quarantined_device",
-           "nonce_repeated", "malformed_share", "prio3_reply_invalid", "params_mismatch", "prio3_reply_unsolicited")
+# Roles add their own reasons (rase_common.role.Role.reasons: quarantined_device
+# from attacker detection, the secure mode's from its leader); REASONS is the lot.
+BASE_REASONS = ("oversized", "bad_topic", "malformed_json", "wrong_type", "non_finite", "unknown_device",
+                "t_out_of_range", "implausible_y", "eps_not_on_menu", "impossible_y")
+REASONS: tuple[str, ...] = BASE_REASONS
+
+
+def add_reasons(reasons: tuple[str, ...]) -> None:
+    """A role's rejection reasons join REASONS (metric labels, Rejected's check)."""
+    global REASONS
+    REASONS = tuple(dict.fromkeys(REASONS + tuple(reasons)))
 
 
 class Rejected(ProtocolError):
     """A report the fog refuses; `reason` is one of REASONS (a metric label)."""
 
     def __init__(self, reason: str, detail: str = ""):
-        assert reason in REASONS, reason
+        assert reason in REASONS, reason   # a role's own reasons are added by add_reasons
         super().__init__(reason, detail)
 
 

@@ -68,3 +68,12 @@ class OutboxCount:
     @property
     def full(self) -> bool:
         return self.size >= self.limit
+
+    async def room(self, paused_gauge) -> None:  # noqa: ANN001 - a prometheus Gauge
+        """Until the outbox has room again (paused_gauge says 1 meanwhile)."""
+        import asyncio
+
+        paused_gauge.set(1)
+        while self.full:
+            await asyncio.sleep(0.05)
+        paused_gauge.set(0)

@@ -17,12 +17,16 @@ synchronous=FULL (rase_common.sqlite), one commit per batch.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sqlite3
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rase_common import deadletter
 from rase_common.sqlite import open_wal, storage_errors
 
 log = logging.getLogger(__name__)
@@ -95,6 +99,7 @@ class Journal:
         self.db = open_wal(path, SCHEMA + DETECTION_SCHEMA, synchronous=synchronous)
         with storage_errors("fog journal"):
             _upgrade(self.db)
+        deadletter.create(self.db)
 
     def close(self) -> None:
         self.db.close()
@@ -102,14 +107,26 @@ class Journal:
     def add_reports(self, rows: list[tuple[str, int, str, float, float, int, str]],
                     duplicates: list[tuple[str, int]], detection: DetectionWrite | None = None) -> None:
         """One transaction (one fsync) for a batch of accepted reports and duplicate counts."""
+        with self.transaction():
+            self.write_reports(rows, duplicates)
+            if detection is not None:
+                self.write_detection(detection)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One transaction (one fsync at its commit): what the fog's roles write for one batch.
+        StorageError when the disk refuses it; nothing of it is then on disk."""
         with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR IGNORE INTO reports (region, t, device, y, eps, seq, mech) "
-                                "VALUES (?,?,?,?,?,?,?)", rows)
-            self.db.executemany("INSERT INTO duplicates VALUES (?,?,1) ON CONFLICT(region,t) DO UPDATE SET n=n+1",
-                                duplicates)
-            if detection is not None:
-                self._write_detection(detection)
+            yield self.db
+
+    def write_reports(self, rows: list[tuple[str, int, str, float, float, int, str]],
+                      duplicates: list[tuple[str, int]]) -> None:
+        """Accepted local-DP reports and duplicate counts, inside an open transaction."""
+        self.db.executemany("INSERT OR IGNORE INTO reports (region, t, device, y, eps, seq, mech) "
+                            "VALUES (?,?,?,?,?,?,?)", rows)
+        self.db.executemany("INSERT INTO duplicates VALUES (?,?,1) ON CONFLICT(region,t) DO UPDATE SET n=n+1",
+                            duplicates)
 
     def open_reports(self) -> list[tuple[str, int, str, float, float, str]]:
         with storage_errors("fog journal"):
@@ -150,6 +167,10 @@ class Journal:
             return self.db.execute("SELECT region, t, payload, rev FROM outbox WHERE sent=0 "
                                    "ORDER BY t, rev, region").fetchall()
 
+    def dead_letter(self, row: tuple[str, int, str, int], reason: str) -> None:
+        """A window the sink refused for good (rase_common.deadletter): out of the outbox, kept for a resend."""
+        deadletter.put(self.db, "outbox", "sent", "region=? AND t=? AND rev=?", (row[0], row[1], row[3]), reason)
+
     def mark_sent(self, region: str, t: int, rev: int = 0) -> None:
         with storage_errors("fog journal"):
             self.db.execute("UPDATE outbox SET sent=1 WHERE region=? AND t=? AND rev=?", (region, t, rev))
@@ -164,7 +185,8 @@ class Journal:
             self.db.execute("DELETE FROM outbox WHERE sent=1 AND t < ?", (t_min,))
 
     # -- attacker detection -----------------------------------------------------------
-    def _write_detection(self, d: DetectionWrite) -> None:
+    def write_detection(self, d: DetectionWrite) -> None:
+        """A batch's detection write, inside an open transaction."""
         self.db.executemany("INSERT OR REPLACE INTO detector VALUES (?,?,?,?,?,?)", d.states)
         self.db.executemany("INSERT OR IGNORE INTO quarantined_devices VALUES (?,?,?,?)", d.quarantined)
         # A quarantined device's reports leave the open windows (and late batches) with it.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from fog_shuffler.ingest import REASONS
+from fog_shuffler import ingest
 from fog_shuffler.protocol import PROTOCOL_FIELDS
 
 WINDOW_MECHANISMS = ("mallows", "uniform", "buds")   # how a forwarded window was shuffled
@@ -40,6 +40,9 @@ class FogMetrics:
         self.forwarding_ok.set(1)
         self.forward_failures = Counter("rase_fog_forward_failures", "Failed attempts to forward a window "
                                         "(each retried)", registry=r)
+        self.dead_letters = Counter("rase_fog_dead_letters", "Outgoing messages the sink refused for good (an ACL, "
+                                    "their size): moved to the dead letters, the queue goes on (`rase deadletters`)",
+                                    registry=r)
         self.outbox_windows = Gauge("rase_fog_outbox_windows", "Windows closed and journaled, not yet forwarded",
                                     registry=r)
         self.ingest_paused = Gauge("rase_fog_ingest_paused", "1 while the outbox is full and the fog takes no "
@@ -54,10 +57,15 @@ class FogMetrics:
                                          "rejected (quarantined_device) until an operator releases them", registry=r)
         for field in PROTOCOL_FIELDS:
             self.config_drift.labels(field).set(0)
-        for reason in REASONS + ("internal", "control_invalid", "control_refused"):
-            self.rejected.labels(reason)
+        self.add_reasons(ingest.BASE_REASONS + ("internal",))
         for mech in WINDOW_MECHANISMS:
             self.forwarded.labels(mech)
+
+    def add_reasons(self, reasons: tuple[str, ...]) -> None:
+        """Rejection reasons (a role's) whose counters start at 0."""
+        ingest.add_reasons(tuple(r for r in reasons if r != "internal" and not r.startswith("control_")))
+        for reason in reasons:
+            self.rejected.labels(reason)
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of a counter, e.g. value("reports_rejected", reason="oversized")."""
@@ -70,7 +78,7 @@ class FogMetrics:
         by_mech = {m: int(v("windows_forwarded", mechanism=m)) for m in WINDOW_MECHANISMS}
         return {"windows_forwarded": sum(by_mech.values()), **by_mech,
                 "windows_suppressed": int(v("windows_suppressed")),
-                "rejected": int(sum(v("reports_rejected", reason=r) for r in REASONS)),
+                "rejected": int(sum(v("reports_rejected", reason=r) for r in ingest.REASONS)),
                 "late": int(v("reports_late")), "accepted": int(v("reports_accepted")),
                 "devices_quarantined": int(self.registry.get_sample_value("rase_fog_devices_quarantined") or 0)}
 

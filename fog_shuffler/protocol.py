@@ -12,6 +12,7 @@ previous ones too, so a precision change never drops good reports.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from rase_device import wire
@@ -183,13 +184,16 @@ class ProtocolGate:
                 pass
         raise first
 
-    def validate_prio3(self, topic: str, payload: bytes, now_t: int, leader) -> Accepted:  # noqa: ANN001
-        """A Prio3 report, by the leader's checks, under the current parameters or the previous ones."""
+    def validate_with(self, topic: str, payload: bytes, now_t: int, check: Callable[..., Accepted],
+                      retry_on: tuple[str, ...]) -> Accepted:
+        """A report by a role's own check(topic, payload, now_t, rules, protocol),
+        under the current parameters or, just after a change, the previous ones:
+        a rejection for one of `retry_on` under the current ones is tried again."""
         *first, last = self.candidates(now_t)
         for p in first:
             try:
-                return leader.validate(topic, payload, now_t, rules_for(self.rules, p), p.prio3)
+                return check(topic, payload, now_t, rules_for(self.rules, p), p)
             except Rejected as err:
-                if err.reason not in ("eps_not_on_menu", "impossible_y", "malformed_share"):
+                if err.reason not in retry_on:
                     raise
-        return leader.validate(topic, payload, now_t, rules_for(self.rules, last), last.prio3)
+        return check(topic, payload, now_t, rules_for(self.rules, last), last)

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
-
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from rase_device import wire
-from fusion_center.prio3.helper import Prio3FusionConfig
 from rase_common.protocol.control import ControlMessage
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
-from rase_common.settings import TomlSettings
+from rase_common.role import role_classes
+from rase_common.settings import TomlSettings, with_role_tables
 
 
 class CentralTarget(BaseModel):
@@ -39,7 +37,7 @@ class ClippingConfig(BaseModel):
     bias_bound_w: float = Field(ge=0)
 
 
-class FusionConfig(TomlSettings):
+class _FusionConfig(TomlSettings):
     model_config = SettingsConfigDict(env_prefix="RASE_FUSION_", env_nested_delimiter="__", extra="forbid",
                                       frozen=True)
 
@@ -85,18 +83,13 @@ class FusionConfig(TomlSettings):
     home_assistant_discovery: bool = True       # a retained device config on <discovery_prefix>/device/...
     discovery_prefix: str = "homeassistant"
     kafka: KafkaConfig = KafkaConfig()
-    # Secure aggregation ([precision] mechanism = "prio3"): the fusion center is Prio3's helper and collector.
-    prio3: Prio3FusionConfig | None = None
+    # Each role's own table (the secure mode's helper: [prio3]) is a field too, added from the
+    # registry's roles below (rase_common.settings.with_role_tables).
 
     @model_validator(mode="after")
-    def _prio3(self) -> "FusionConfig":
-        p = self.precision.prio3
-        if p is not None and self.prio3 is None:
-            raise ValueError("precision.mechanism = \"prio3\" needs a [prio3] table (private_key_file, key_id, "
-                             "verify_key_file)")
-        if p is not None and p.key_id != self.prio3.key_id:
-            raise ValueError(f"precision.prio3.key_id {p.key_id!r} is not this fusion center's key "
-                             f"([prio3] key_id {self.prio3.key_id!r}): devices would refuse it")
+    def _roles(self) -> "_FusionConfig":
+        for cls in role_classes("fusion"):
+            cls.check_config(self)
         return self
 
     @model_validator(mode="before")
@@ -130,3 +123,9 @@ class FusionConfig(TomlSettings):
         if any(w < 1 for w in v):
             raise ValueError("windows_w entries must be >= 1")
         return sorted(set(v))
+
+
+if TYPE_CHECKING:
+    FusionConfig = _FusionConfig
+else:
+    FusionConfig = with_role_tables(_FusionConfig, "fusion", __name__)

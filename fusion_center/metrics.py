@@ -23,6 +23,9 @@ class FusionMetrics:
                                 "held unacknowledged and writes are retried", registry=r)
         self.storage_ok.set(1)
         self.duplicates = Counter("rase_fusion_windows_duplicate", "Windows received again", registry=r)
+        self.dead_letters = Counter("rase_fusion_dead_letters", "Aggregates the broker refused for good (its ACL, "
+                                    "their size): moved to the dead letters, the queue goes on (`rase deadletters`)",
+                                    registry=r)
         self.late = Counter("rase_fusion_windows_late", "Windows for a timestamp already closed", registry=r)
         self.estimate = Gauge("rase_fusion_estimate", "Newest aggregate: each estimator's value and interval "
                               "bounds (bound = value, lo, hi)", ["estimator", "bound"], registry=r)

@@ -12,10 +12,13 @@ stored aggregate and a stored window survive a power cut).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
+from rase_common import deadletter
 from rase_common.sqlite import open_wal, storage_errors
 
 SCHEMA = """
@@ -57,6 +60,7 @@ class AggregateStore:
         self.db = open_wal(path, SCHEMA)
         with storage_errors("fusion store"):
             _upgrade(self.db)
+        deadletter.create(self.db)
 
     def close(self) -> None:
         self.db.close()
@@ -64,10 +68,20 @@ class AggregateStore:
     def add_windows(self, rows: list[tuple[str, int, int, str, float]]) -> list[bool]:
         """(region, t, rev, payload, received) in one transaction (one fsync);
         per row, whether it was new."""
+        with self.transaction():
+            return self.write_windows(rows)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One transaction (one fsync at its commit): what the fusion center's roles write for one batch."""
         with storage_errors("fusion store"), self.db:
             self.db.execute("BEGIN")
-            return [self.db.execute("INSERT OR IGNORE INTO windows (region, t, rev, payload, received) "
-                                    "VALUES (?,?,?,?,?)", row).rowcount == 1 for row in rows]
+            yield self.db
+
+    def write_windows(self, rows: list[tuple[str, int, int, str, float]]) -> list[bool]:
+        """add_windows inside an open transaction."""
+        return [self.db.execute("INSERT OR IGNORE INTO windows (region, t, rev, payload, received) "
+                                "VALUES (?,?,?,?,?)", row).rowcount == 1 for row in rows]
 
     def window_payload(self, region: str, t: int, rev: int) -> str | None:
         with storage_errors("fusion store"):

@@ -59,7 +59,16 @@ def cmd_agent(args: argparse.Namespace) -> int:
         print(f"a local fleet of {args.fleet} simulated devices (REFIT replays, not live sensors), each spending "
               f"eps {cfg.eps:g} per report; a fog forwards a timestamp's window only when at least k_min "
               "(10 by default) devices reported for it", flush=True)
-        return run_service(LocalFleetService(cfg, args.fleet, max_reports=args.max_reports))
+        if args.passwords is not None and not args.passwords.is_dir():
+            print(f"rase agent: --passwords {args.passwords}: not a folder (it holds one password file per "
+                  "device, named after it, as configs/compose/make-secrets.sh writes secrets/passwords)",
+                  file=sys.stderr)
+            return 2
+        return run_service(LocalFleetService(cfg, args.fleet, max_reports=args.max_reports, passwords=args.passwords))
+    if args.passwords is not None:
+        print("rase agent: --passwords is for --fleet; one agent takes [broker] username and password_file",
+              file=sys.stderr)
+        return 2
     for line in privacy_over_time(cfg.eps, cfg.period_s, cfg.budget_period_s / 3600).lines():
         print(line + ("" if "privacy over" not in line else " (at the configured eps and period; "
                       "the fusion center's control message may lower them)"))
@@ -263,8 +272,10 @@ def cmd_query(args: argparse.Namespace) -> int:
         return 2
     rows = store.recent(args.scope, t_from, t_to)
     if args.json:
+        # JSON lines: an empty range is an empty result (no line), and stderr says why.
         for r in rows:
             print(json.dumps(r))
+        print(_query_summary(store, args.scope, rows, t_from, t_to, schedule), file=sys.stderr)
         return 0
     # The columns the stored aggregates carry: mean mechanisms (mean first: the one to use),
     # binary (count, mean = share on) or categorical (a share per band).
@@ -287,8 +298,24 @@ def cmd_query(args: argparse.Namespace) -> int:
         flag = f"{r['share_at_bound']:.0%} at bound" if r["clamped"] else "no"
         start = f"{iso_of(schedule.start_of(r['t'])):<21}" if schedule is not None else ""
         print(f"{r['t']:>8} {start}{r['n']:>6}  " + "  ".join(cells) + f"  {flag}")
-    print(f"{len(rows)} timestamps (t {t_from} .. {t_to})", file=sys.stderr)
+    print(_query_summary(store, args.scope, rows, t_from, t_to, schedule), file=sys.stderr)
     return 0
+
+
+def _query_summary(store, scope: str, rows: list[dict], t_from: int, t_to: int, schedule) -> str:  # noqa: ANN001
+    """How many timestamps the range held; for an empty one, why: what the store holds instead."""
+    from rase.times import iso_of
+
+    line = f"{len(rows)} timestamps (t {t_from} .. {t_to})"
+    if rows:
+        return line
+    stored, newest = store.count(scope), store.newest_t(scope)
+    if not stored:
+        return (f"{line}: the store holds no aggregate of scope {scope!r} yet (the fusion center stores one per "
+                "timestamp once a window with at least k_min reports reached it)")
+    when = f" ({iso_of(schedule.start_of(newest))})" if schedule is not None else ""
+    return (f"{line}: none in this range; the store holds {stored} aggregate(s) of scope {scope!r}, "
+            f"the newest at t={newest}{when}")
 
 
 def _houses(text: str) -> list[int]:
@@ -374,8 +401,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from fusion_center.config import FusionConfig
-    from simulators.calibrate import (calibrate, consensus, coverage_check, format_repeats, format_result,
-                                      write_x_max)
+    from simulators.calibrate import (calibrate, choice_spread, consensus, coverage_check, format_repeats,
+                                      format_result, format_spread, write_x_max)
     from simulators.refit import RefitFormatError, bundled_dir
 
     if args.write:
@@ -404,6 +431,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     result = runs[0]
     print(format_result(result, args.eps))
     x_max, bound = result.chosen.x_max, result.chosen.bias_bound
+    print(format_spread(choice_spread(result), x_max))
     if len(runs) > 1:
         x_max, bound = consensus([(r.chosen.x_max, r.chosen.bias_bound) for r in runs])
         print(format_repeats([(r.chosen.x_max, r.chosen.bias_bound) for r in runs]))
@@ -758,6 +786,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--fleet", type=int, metavar="N", default=None,
                    help="simulate N devices replaying the bundled REFIT excerpt (1..45; the config's region, eps, "
                         "period, broker and ledger folder apply to each)")
+    a.add_argument("--passwords", type=Path, metavar="DIR",
+                   help="--fleet against a broker with one user per device (rase acl): each simulated device "
+                        "connects as its own user with the password in DIR/<device> (e.g. secrets/passwords); "
+                        "without it the fleet shares one connection and one login")
     a.set_defaults(func=cmd_agent)
 
     f = sub.add_parser("flash", help="build a MicroPython board bundle and copy it with mpremote",
@@ -803,17 +835,23 @@ def build_parser() -> argparse.ArgumentParser:
     fg.set_defaults(func=cmd_fog)
     fga = fg.add_subparsers(dest="fog_action")
     rel = fga.add_parser("release", help="let quarantined devices' reports into windows again (a running fog "
-                         "applies it within a tick)")
+                         "applies it within a tick)",
+                         description="Let devices the fog quarantined (their reports failed the plausibility test, "
+                                     "docs/privacy.md) into windows again, with fresh statistics. The request goes "
+                                     "into the fog's journal: a running fog applies it within a tick, a stopped one "
+                                     "when it next starts. `rase fog quarantined` lists the devices held.")
     rel.add_argument("--config", required=True, type=Path, help="the fog's TOML config (its journal_path)")
     rel.add_argument("device", nargs="+", help="device id(s), as in the fog's quarantine log line")
     rel.add_argument("--wait", type=float, default=5.0, help="seconds to wait for a running fog to apply it "
                      "(default %(default)s)")
-    qu = fga.add_parser("quarantined", help="list the devices the fog holds in quarantine")
+    qu = fga.add_parser("quarantined", help="list the devices the fog holds in quarantine",
+                        description="List the devices the fog holds in quarantine (from its journal, running or "
+                                    "not): each with the t and time it was quarantined and the test it failed.")
     qu.add_argument("--config", required=True, type=Path, help="the fog's TOML config (its journal_path)")
 
     fu = sub.add_parser("fusion", help="run the fusion center",
                         description="Run the fusion center: merge the fogs' windows per timestamp, estimate the "
-                                    "mean (and the other estimates) with 95%% intervals, store them, and publish "
+                                    "mean (and the other estimates) with 95% intervals, store them, and publish "
                                     "them on rase/v1/aggregates/t/{t} and, retained, rase/v1/aggregates/latest "
                                     "(MQTT 5: message expiry, content type), with a Home Assistant discovery "
                                     "config. It also broadcasts the control message the devices calibrate to.")
@@ -831,7 +869,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     db = sub.add_parser("dashboard", help="serve the live page: the mean and its interval over MQTT-over-WebSockets",
                         description="Serve a page that subscribes, from the browser, to the aggregates over the "
-                                    "broker's WebSockets listener and plots the mean with its 95%% interval band. "
+                                    "broker's WebSockets listener and plots the mean with its 95% interval band. "
                                     "Needs `make dashboard` once (the page's libraries, from npm).")
     db.add_argument("--mqtt-ws", default="ws://127.0.0.1:9001",
                     help="the broker's MQTT-over-WebSockets URL as the browser reaches it (default %(default)s)")
@@ -852,7 +890,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first timestamp: t (e.g. 205000000) or an ISO time (e.g. 2025-06-01T12:00)")
     q.add_argument("--to", dest="t_to", type=_time_or_t, required=True, metavar="T_OR_TIME",
                    help="last timestamp, included: t or an ISO time")
-    q.add_argument("--json", action="store_true", help="one JSON object per line")
+    q.add_argument("--json", action="store_true", help="one JSON object per line (no line for an empty range; "
+                   "stderr says how many and, when none, what the store holds)")
     q.add_argument("--scope", default="all", help="aggregate scope (default %(default)s: every region merged)")
     src = q.add_mutually_exclusive_group()
     src.add_argument("--config", type=Path, default=Path("configs/fusion.example.toml"),
@@ -996,7 +1035,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the pipeline on an embedded broker with the bundled REFIT excerpt",
                        description="Replay a few hours of the bundled REFIT excerpt (45 appliances) through 45 "
                                    "real agents, the fog shuffler and the fusion center on an embedded broker, "
-                                   "print each estimator's error, and plot the mean with its 95%% interval "
+                                   "print each estimator's error, and plot the mean with its 95% interval "
                                    "against the truth, per timestamp and windowed.")
     d.add_argument("--out", default="out/demo", help="where to write results")
     d.add_argument("--hours", type=float, default=3.0, help="simulated hours to replay")

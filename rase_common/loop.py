@@ -108,6 +108,17 @@ class Wakeup:
         return stop is not None and stop.is_set()
 
 
+class Wakeups:
+    """Several tasks' wake-ups behind one set()."""
+
+    def __init__(self, *wakeups: Wakeup):
+        self.wakeups = wakeups
+
+    def set(self) -> None:
+        for w in self.wakeups:
+            w.set()
+
+
 def seconds_to_next_boundary(clock, schedule, cap_s: float = 1.0) -> float:
     """Wall seconds until the clock crosses the schedule's next period
     boundary (rase_device.schedule: when windows may come due), at most cap_s.

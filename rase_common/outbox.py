@@ -8,6 +8,9 @@ was stored, the link came back), sends item after item, and marks each sent
 once the far side confirmed it. A TransportError pauses it with the shared
 backoff (one warning when the outage starts, one when it ends); the item is
 retried, never dropped, and later items wait behind it, so order holds.
+A non-retriable TransportError (the item itself is refused: its topic by the
+broker's ACL, its size) moves that item to the dead letters
+(rase_common.deadletter) with one ERROR line, and the queue goes on.
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ class OutboxSender:
 
     def __init__(self, name: str, *, unsent: Callable[[], Sequence[Any]], send: Callable[[Any], Awaitable[None]],
                  mark_sent: Callable[[Any], None], outage: Outage, storage: Outage, wakeup: Wakeup | None = None,
-                 idle_s: float | None = None):
+                 idle_s: float | None = None, dead_letter: Callable[[Any, str], None] | None = None,
+                 dead_letters=None):  # noqa: ANN001 - a prometheus Counter
         self.name = name
+        self.dead_letter = dead_letter  # None: a non-retriable failure is retried like any other
+        self.dead_letters = dead_letters
         self.unsent = unsent
         self.send = send
         self.mark_sent = mark_sent
@@ -62,8 +68,14 @@ class OutboxSender:
             try:
                 await self.send(item)
             except TransportError as err:
-                if not err.retriable:
-                    log.error("%s: %s (not retriable; retrying at the backoff cap)", self.name, err)
+                if not err.retriable and self.dead_letter is not None:
+                    self.dead_letter(item, str(err))
+                    log.error("%s: %s: not retriable, moved to the dead letters (`rase deadletters list`); "
+                              "the rest goes on", self.name, err)
+                    if self.dead_letters is not None:
+                        self.dead_letters.inc()
+                    self.pending -= 1
+                    continue
                 self.outage.failed(err)
                 return self.outage
             self.mark_sent(item)

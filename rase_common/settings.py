@@ -71,3 +71,21 @@ class TomlSettings(BaseSettings):
             raise ConfigError(f"bad config in {path}: {err}") from None
         finally:
             _TOML_PATH.reset(token)
+
+
+def with_role_tables(base: type[S], service: str, module: str) -> type[S]:
+    """`base` with one optional field per role of the service that has a
+    config table (rase_common.role.Role.config_key and Config), so that a
+    mode's table ([prio3]) reads, overrides (RASE_..._PRIO3__...) and fails
+    like every other table, while the service's config names no mode."""
+    from pydantic import create_model
+
+    from rase_common.role import role_classes
+
+    fields: dict[str, Any] = {}
+    for cls in role_classes(service):
+        if cls.config_key is not None and cls.Config is not None:
+            fields[cls.config_key] = (cls.Config | None, None)
+    model = create_model(base.__name__.lstrip("_"), __base__=base, __module__=module, **fields)
+    model.__doc__ = base.__doc__
+    return model

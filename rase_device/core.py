@@ -48,7 +48,8 @@ class AgentCore:
                                                                           bands)
         self.outbox = Outbox(outbox_capacity)
         self.topic = wire.report_topic(region, device)
-        self.seq = 0
+        # Report numbers continue across reboots: the ledger reserves them on flash with the budget.
+        self.seq = getattr(ledger, "seq_reserved", 0)
         self.last_t = None
         self.status = "online"
         self.status_changed = True
@@ -139,7 +140,7 @@ class AgentCore:
         if self.ledger.locked(now):
             self._set_status("ledger_unreadable")
             return False
-        if not self.ledger.try_spend(eps, now):
+        if not self.ledger.try_spend(eps, now, self.seq + 1):
             if self.ledger.unwritable:  # the reservation is not on flash: no report may use it
                 self._set_status("ledger_unwritable")
                 return False

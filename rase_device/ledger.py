@@ -18,6 +18,12 @@
 #   report is not made, `unwritable` says so, and the next report tries the
 #   write again. No report ever uses budget that a reboot could refund.
 # Writes are atomic (write a .tmp, fsync where the port has it, rename).
+#
+# The file also reserves the device's report sequence numbers, in the same
+# blocks and the same writes: `seq` is the highest number a report may carry
+# before the next write, so after a reboot the device continues above it
+# (a few numbers may be skipped, none is used twice). A file without it (an
+# older one) starts at 0; so does a device whose ledger was unreadable.
 
 import json
 import os
@@ -48,6 +54,7 @@ class BudgetLedger:
         self.period = -1
         self.spent_units = 0
         self.reserved_units = 0
+        self.seq_reserved = 0       # report sequence numbers up to this are reserved on flash
         self.writes = 0
         self.unreadable = False     # the file existed and could not be read: this period is spent
         self.unwritable = False     # the last reservation could not be written: nothing may be spent
@@ -59,10 +66,10 @@ class BudgetLedger:
     def _read(p):
         with open(p) as f:
             state = json.load(f)
-        period, spent = int(state["period"]), int(state["spent_units"])
-        if spent < 0:
-            raise ValueError("negative spend")
-        return period, spent
+        period, spent, seq = int(state["period"]), int(state["spent_units"]), int(state.get("seq", 0))
+        if spent < 0 or seq < 0:
+            raise ValueError("negative spend or sequence number")
+        return period, spent, seq
 
     def _load(self):
         main, tmp = self.path, self.path + ".tmp"
@@ -71,7 +78,7 @@ class BudgetLedger:
                 continue
             try:
                 # Whatever was reserved before the restart is spent.
-                self.period, self.spent_units = self._read(p)
+                self.period, self.spent_units, self.seq_reserved = self._read(p)
                 self.reserved_units = self.spent_units
                 return
             except (ValueError, KeyError, TypeError, OSError):
@@ -88,10 +95,10 @@ class BudgetLedger:
         self._roll(now)
         return self.unreadable
 
-    def _save(self, reserved_units):
+    def _save(self, reserved_units, seq_reserved):
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
-            f.write(json.dumps({"v": 1, "period": self.period, "spent_units": reserved_units}))
+            f.write(json.dumps({"v": 1, "period": self.period, "spent_units": reserved_units, "seq": seq_reserved}))
             f.flush()
             if hasattr(os, "fsync") and hasattr(f, "fileno"):
                 os.fsync(f.fileno())
@@ -104,17 +111,20 @@ class BudgetLedger:
             os.rename(tmp, self.path)
         self.writes += 1
 
-    def _reserve(self, reserved_units):
+    def _reserve(self, reserved_units, seq_reserved=None):
         """Write the reservation, then (only then) hold it in memory. Any
         storage error leaves the old reservation and says so; True if written."""
+        if seq_reserved is None:
+            seq_reserved = self.seq_reserved
         try:
-            self._save(reserved_units)
+            self._save(reserved_units, seq_reserved)
         except OSError as err:  # full, worn or read-only flash: fail closed
             self.unwritable = True
             self.write_errors += 1
             self.last_write_error = "%s: %s" % (type(err).__name__, err)
             return False
         self.reserved_units = reserved_units
+        self.seq_reserved = seq_reserved
         self.unwritable = False
         return True
 
@@ -136,16 +146,21 @@ class BudgetLedger:
         self._roll(now)
         return (self.budget_units - self.spent_units) / EPS_UNITS
 
-    def try_spend(self, eps, now):
-        """Charge eps (persisting a new reservation first when the current
-        one is used up); False, nothing charged, if it would overspend or the
-        reservation could not be written (then `unwritable` is True)."""
+    def try_spend(self, eps, now, seq=0):
+        """Charge eps for the report numbered `seq` (persisting a new
+        reservation first when the budget's or the numbers' is used up);
+        False, nothing charged, if it would overspend or the reservation could
+        not be written (then `unwritable` is True)."""
         self._roll(now)
         cost = eps_units_ceil(eps)
         if self.spent_units + cost > self.budget_units:
             return False
-        if self.spent_units + cost > self.reserved_units:
-            if not self._reserve(min(self.budget_units, self.spent_units + cost * self.reserve_reports)):
+        if self.spent_units + cost > self.reserved_units or seq > self.seq_reserved:
+            units = self.reserved_units
+            if self.spent_units + cost > units:
+                units = min(self.budget_units, self.spent_units + cost * self.reserve_reports)
+            numbers = max(self.seq_reserved, seq + self.reserve_reports - 1) if seq else self.seq_reserved
+            if not self._reserve(units, numbers):
                 return False
         self.spent_units += cost
         return True

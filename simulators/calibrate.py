@@ -22,6 +22,7 @@ import bisect
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,11 @@ class CalibrationResult:
     histogram_clip_bias: dict[float, float]  # per candidate, from the recorded readings' exact bucket shares
     clip_bias_se: dict[float, float]     # standard error of each private clip-bias estimate
     mechanism: str = DEFAULT_MECHANISM   # whose noise the table weighs against the clipping
+    eps: float = 1.0                     # the deployment's eps per report (the table's noise)
+    oracle_hit: float = 0.5              # P(a report names its own bucket): kRR's keep, OUE's 1/2
+    oracle_q: float = 0.0                # P(it names another given bucket): kRR (1 - keep)/(k - 1), OUE's flip
+    candidates: tuple[float, ...] = DEFAULT_CANDIDATES
+    exact_shares: tuple[float, ...] = ()  # the recorded readings' bucket shares (simulation only)
 
 
 def bucket_of(x: float, edges) -> int:
@@ -144,7 +150,67 @@ def calibrate(data_dir: Path, houses: list[int], *, eps: float, eps_calibration:
         true_quantiles={"p95": float(np.quantile(x, 0.95)), "p99": float(np.quantile(x, 0.99))},
         true_clip_bias={float(c): float(np.minimum(x, c).mean() - x.mean()) for c in candidates},
         histogram_clip_bias={c.x_max: c.clip_bias for c in exact_table},
-        clip_bias_se={float(c): clip_bias_sd(edges, variances, c) for c in candidates}, mechanism=mechanism_name)
+        clip_bias_se={float(c): clip_bias_sd(edges, variances, c) for c in candidates}, mechanism=mechanism_name,
+        eps=eps, oracle_hit=num / (1 << 20) if oracle == "krr" else 0.5,
+        oracle_q=(1 - num / (1 << 20)) / (k - 1) if oracle == "krr" else num / (1 << 20),
+        candidates=tuple(float(c) for c in candidates), exact_shares=tuple(float(v) for v in exact))
+
+
+@dataclass(frozen=True)
+class ChoiceSpread:
+    """How far a calibration's choice moves with the histogram's noise alone."""
+    draws: int
+    shares: dict[float, float]          # x_max -> share of the simulated calibrations that chose it
+    bias_bounds: tuple[float, float]    # the smallest and largest B they came with
+
+
+def choice_spread(r: CalibrationResult, draws: int = 200, rng: np.random.Generator | None = None,
+                  shares: Sequence[float] | None = None) -> ChoiceSpread:
+    """The choice made again on `draws` simulated histograms: r.reports readings
+    in r's own debiased shares (negative ones as 0), each through the
+    same frequency oracle (kRR or OUE, its exact report distribution), then
+    debiased and chosen as calibrate() does. It reads only the private
+    histogram (post-processing): no device spends anything. `rng` drives the
+    simulation, not any privacy noise. `shares`: other bucket shares to draw
+    from (a test's exact ones)."""
+    rng = rng or np.random.default_rng()
+    f = np.clip(np.array([e.value for e in r.freqs] if shares is None else shares, dtype=float), 0.0, None)
+    f = f / f.sum()
+    k, n = f.size, r.reports
+    noise = mechanism_variance(r.mechanism, r.eps)
+    picked: Counter = Counter()
+    bounds = []
+    # The readings stay as the histogram says (n of them in its shares, by largest remainder), as when the
+    # same devices are asked again: only the oracle's noise is drawn anew, which is what moves the choice.
+    true_counts = np.floor(f * n).astype(np.int64)
+    true_counts[np.argsort(true_counts - f * n)[: n - int(true_counts.sum())]] += 1
+    for _ in range(draws):
+        if r.oracle == "krr":
+            kept = rng.binomial(true_counts, r.oracle_hit)
+            counts = kept.copy()
+            for b in range(k):      # the rest name one of the other k - 1 buckets, uniformly
+                moved = rng.multinomial(true_counts[b] - kept[b], np.full(k - 1, 1.0 / (k - 1)))
+                counts += np.insert(moved, b, 0)
+            freqs = krr_frequencies(counts, n, r.oracle_hit)
+        else:
+            counts = rng.binomial(true_counts, 0.5) + rng.binomial(n - true_counts, r.oracle_q)
+            freqs = oue_frequencies(counts, n, r.oracle_q)
+        table = range_tradeoff(r.edges, [e.value for e in freqs], r.devices, 0.0, r.candidates, noise,
+                               [e.var for e in freqs])
+        choice = best_range(table)
+        picked[choice.x_max] += 1
+        bounds.append(choice.bias_bound)
+    return ChoiceSpread(draws, {x: c / draws for x, c in sorted(picked.items())}, (min(bounds), max(bounds)))
+
+
+def format_spread(spread: ChoiceSpread, chosen: float) -> str:
+    """The output's word on how noisy the choice itself is, and how far it can move."""
+    shares = ", ".join(f"{x:g} W in {100 * s:.0f}%" for x, s in spread.shares.items())
+    return (f"the choice is itself noisy, as the histogram it rests on is: {spread.draws} calibrations simulated "
+            f"from this histogram (no budget spent) chose x_max {shares}, with B "
+            f"{spread.bias_bounds[0]:.1f}..{spread.bias_bounds[1]:.1f} W; this run's {chosen:g} W is one draw of "
+            "that.\nMore histogram reports (--periods, --calibration-eps) narrow it; --repeats N takes the most "
+            "frequent of N runs (each spends budget).")
 
 
 def write_setting(config: Path, table: str, key: str, value: float) -> None:

@@ -4,10 +4,17 @@ Each device is a real AgentCore (budget ledger, BR from os.urandom, its own
 report topic and sequence numbers); only the connection is shared, so the
 fog sees exactly the reports it would see from separate agents. One
 connection instead of one per device removes a paho thread and a socket per
-device, which is what bounded the replay speed. What a shared connection
-does not give: per-device last wills and status messages (the fog does not
-read them); the scaled-clock replay runs one AgentService per device, as
-deployed, for that.
+device, which is what bounded the replay speed.
+
+With `statuses` (the local fleet of `rase agent --fleet`), each device also
+publishes its retained status on rase/v1/status/{device} as a real agent
+does (rase_device.wire.encode_status: state, privacy, counts of made,
+delivered and rejected_by_fog reports), at connect, on every change and at
+stop (offline). A connection has one last will: a transport of one device
+(the fleet's per-device logins) leaves `offline` as that device's will; a
+shared one can leave none, so a fleet killed without stopping leaves its
+devices' last status standing. The fast replay publishes none (the fog does
+not read them).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ class FleetTransport:
     the fast replay, whose devices the fog always knows."""
 
     def __init__(self, cores: list[AgentCore], broker: BrokerConfig, client_id: str, *, max_inflight: int = 4000,
-                 feedback=None):  # noqa: ANN001
+                 feedback=None, statuses: bool = False):  # noqa: ANN001
         self.cores = cores
         self.broker = broker
         self.max_inflight = max_inflight
@@ -42,11 +49,18 @@ class FleetTransport:
         self.control_applied = threading.Event()
         self.subscribed_at: float | None = None   # time.monotonic() of the first SUBACK
         self.published = 0
-        self.acked = 0                       # only reports are published: acked reports = delivered
+        self.acked = 0                       # without statuses only reports are published: acked = delivered
         self.control_errors = 0
         self.feedback = feedback
         self._feedback_of = {wire.feedback_topic(c.region, c.device): c.device for c in cores} if feedback else {}
+        self.statuses = statuses
+        self.delivered = [0] * len(cores)    # with statuses: reports the broker acknowledged, per device
+        self._mids_lock = threading.Lock()
+        self._sender: dict[int, int] = {}    # packet id -> index of the device whose report it is, -1 a status
+        self._acked_early: set[int] = set()  # PUBACKs that came before publish() returned
         c = self.client = paho_client(broker, client_id)
+        if statuses and len(cores) == 1:
+            c.will_set(wire.status_topic(cores[0].device), wire.encode_status("offline"), qos=1, retain=True)
         # pump() keeps at most max_inflight reports unacknowledged. paho's own cap stays off (0): with
         # one, paho rescans every unacknowledged message on each PUBACK (a sixth of a replay fleet's CPU).
         c.max_inflight_messages_set(0)
@@ -62,6 +76,10 @@ class FleetTransport:
             log.warning("fleet connect refused: %s", reason_code)
             return
         client.subscribe([(wire.CONTROL_TOPIC, 1)] + [(topic, 1) for topic in self._feedback_of])
+        if self.statuses:
+            with self.lock:
+                for core in self.cores:
+                    core.status_changed = True     # each device says it is online again
         self.connected.set()
 
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties):  # noqa: ANN001
@@ -70,11 +88,23 @@ class FleetTransport:
 
     def _on_publish(self, client, userdata, mid, reason_code, properties):  # noqa: ANN001
         self.acked += 1
+        if self.statuses:
+            with self._mids_lock:
+                sender = self._sender.pop(mid, None)
+                if sender is None:
+                    self._acked_early.add(mid)
+                elif sender >= 0:
+                    self.delivered[sender] += 1
 
     def _on_message(self, client, userdata, msg):  # noqa: ANN001
         device = self._feedback_of.get(msg.topic)
         if device is not None:
             self.feedback.on_feedback(device, msg.payload)
+            if self.statuses:
+                with self.lock:
+                    for core in self.cores:
+                        if core.device == device:
+                            core.status_changed = True    # its status carries rejected_by_fog at once
             return
         if msg.topic != wire.CONTROL_TOPIC or not msg.payload:
             return
@@ -99,10 +129,49 @@ class FleetTransport:
     def inflight(self) -> int:
         return self.published - self.acked
 
+    def counts(self, i: int) -> dict[str, int]:
+        """What became of device i's reports (its status carries them)."""
+        core = self.cores[i]
+        return {"made": core.sent, "delivered": self.delivered[i],
+                "rejected_by_fog": self.feedback.count(core.device) if self.feedback else 0}
+
+    def _publish_tracked(self, topic: str, payload: str, sender: int, retain: bool = False) -> bool:
+        info = self.client.publish(topic, payload, qos=1, retain=retain)
+        if info.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):
+            return False
+        with self._mids_lock:
+            if info.mid in self._acked_early:        # the PUBACK came before publish() returned
+                self._acked_early.discard(info.mid)
+                if sender >= 0:
+                    self.delivered[sender] += 1
+            else:
+                self._sender[info.mid] = sender
+        self.published += 1
+        return True
+
+    def _pump_with_statuses(self) -> int:
+        sent = 0
+        with self.lock:
+            for i, core in enumerate(self.cores):
+                if core.status_changed and self._publish_tracked(wire.status_topic(core.device),
+                                                                 core.status_payload(self.counts(i)), -1, True):
+                    core.status_changed = False
+                box = core.outbox
+                while len(box) and self.inflight < self.max_inflight:
+                    topic, payload = box.pop()
+                    if not self._publish_tracked(topic, payload, i):
+                        box.push_front((topic, payload))
+                        return sent
+                    sent += 1
+        return sent
+
     def pump(self) -> int:
-        """Hand queued reports of every device to paho, within max_inflight."""
+        """Hand queued reports of every device to paho, within max_inflight
+        (and, with statuses, each changed status first)."""
         if not self.connected.is_set():
             return 0
+        if self.statuses:
+            return self._pump_with_statuses()
         sent = 0
         with self.lock:
             for core in self.cores:
@@ -117,7 +186,19 @@ class FleetTransport:
                     sent += 1
         return sent
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """With statuses: every device says offline (retained), acknowledged
+        within timeout_s if the broker is there; then disconnect."""
+        if self.statuses and self.connected.is_set():
+            with self.lock:
+                infos = [self.client.publish(wire.status_topic(c.device), wire.encode_status("offline"), qos=1,
+                                             retain=True) for c in self.cores]
+            deadline = time.monotonic() + timeout_s
+            for info in infos:
+                try:
+                    info.wait_for_publish(timeout=max(0.0, deadline - time.monotonic()))
+                except (RuntimeError, ValueError):
+                    break       # not connected any more
         self.client.disconnect()
         self.client.loop_stop()
 

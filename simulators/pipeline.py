@@ -116,7 +116,7 @@ class ReplayFog(FogService):
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         await super().open(stack)
-        scratch_database(self.journal.db)
+        scratch_database(self.ctx.journal.db)
 
 
 class ReplayFusion(FusionService):
@@ -161,13 +161,18 @@ async def _wait(pred, timeout_s: float) -> bool:
     return pred()
 
 
-def _progress(spec: PipelineSpec, i: int, n_t: int, reports: int, stored, state: dict) -> None:
-    """stored() counts the aggregates; it is called only when a line is printed."""
+def _progress(spec: PipelineSpec, i: int, n_t: int, reports: int, stored, state: dict, final: bool = False) -> None:
+    """stored() counts the aggregates; it is called only when a line is printed.
+    The final line comes once the last windows closed and the fusion center
+    caught up, so its count is the summary's (the line at i == n_t comes
+    before the last lateness periods' windows are even closed)."""
     tty = sys.stderr.isatty()
-    if spec.progress and (time.monotonic() - state.get("last", 0) > (1.0 if tty else 10.0) or i == n_t):
+    if spec.progress and (time.monotonic() - state.get("last", 0) > (1.0 if tty else 10.0) or i == n_t or final):
         state["last"] = time.monotonic()
         line = f"  replay t {i:>6}/{n_t}  reports {reports:>8}  aggregates {stored():>6}"
-        print("\r" + line if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+        if final:
+            line += "  (done: every window closed)"
+        print("\r" + line if tty else line, end="\n" if final or not tty else "", file=sys.stderr, flush=True)
 
 
 async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, taken, fog, fusion) -> int:
@@ -258,7 +263,7 @@ class InProcessFusion:
         return self.service.store.count()
 
     def caught_up(self, windows_sent: int) -> bool:
-        return not self.service.merger.pending and self.stored() >= windows_sent
+        return not self.service.roles.pending() and self.stored() >= windows_sent
 
     async def stop(self) -> None:
         pass
@@ -448,30 +453,20 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
             fusion.wake()
         else:
             await asyncio.sleep(max(0.0, (flush_to - clock.now()) / spec.speedup))
-        if not await _wait(lambda: not fog.windows.open and not fog.journal.unsent() and _leader_idle(fog)
-                           and fusion.caught_up(fog.windows_sent + _leader_finished(fog)), 60):
+        if not await _wait(lambda: not fog.ctx.windows.open and not fog.ctx.journal.unsent() and fog.roles.idle()
+                           and fusion.caught_up(fog.windows_sent + fog.roles.released), 60):
             log.warning("after 30 s the fusion center has stored %d aggregates of the %d windows the fog sent "
                         "(windows it quarantined, e.g. estimate_failed, have none); %d windows still open at the fog",
-                        fusion.stored(), fog.windows_sent, len(fog.windows.open))
+                        fusion.stored(), fog.windows_sent, len(fog.ctx.windows.open))
         await asyncio.sleep(0.2)
-        if spec.progress and sys.stderr.isatty():
-            print(file=sys.stderr)
         fog_stats = fog.metrics.summary()
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         await fusion.stop()
     aggregates = fusion.aggregates(t0, t0 + n_t)
+    _progress(spec, n_t, n_t, reports, lambda: len(aggregates), {}, final=True)
     return PipelineResult(params, aggregates, devices, reports, fog_stats, time.monotonic() - started)
-
-
-def _leader_idle(fog: FogService) -> bool:
-    """A prio3 fog has no window waiting for the helper and nothing left to send."""
-    return fog.leader is None or not (fog.leader.journal.waiting() or fog.leader.journal.unsent())
-
-
-def _leader_finished(fog: FogService) -> int:
-    return 0 if fog.leader is None else fog.leader.finished
 
 
 def write_jsonl(result: PipelineResult, path: Path) -> None:

@@ -134,3 +134,23 @@ def clear_retained(broker):
     for topic in RETAINED_TOPICS:
         publish_retained(broker.port, topic, b"")
     return broker
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses of the sockets listening on TCP `port` (/proc/net/tcp, tcp6)."""
+    import ipaddress
+    from pathlib import Path
+
+    found = set()
+    for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr_hex, port_hex = local.split(":")
+            if state != "0A" or int(port_hex, 16) != port:       # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(addr_hex)
+            # /proc prints each 32-bit word in host (little-endian) order.
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, size, 4))
+            addr = ipaddress.ip_address(raw)
+            found.add(str(getattr(addr, "ipv4_mapped", None) or addr))     # ::ffff:127.0.0.1 -> 127.0.0.1
+    return found

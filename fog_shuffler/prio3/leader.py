@@ -288,8 +288,16 @@ class Prio3Leader:
         return found
 
     def commit(self, replies: list[tuple[str, int, int, str]]) -> None:
-        """Journal the batch's accepted reports and answers (the ingest's commit)."""
+        """Journal the batch's accepted reports and answers in a transaction of their own."""
         self.journal.add(self.pending.reports, replies)
+        self.committed(replies)
+
+    def write(self, replies: list[tuple[str, int, int, str]]) -> None:
+        """The batch's accepted reports and answers, inside the fog's open transaction (its role's write)."""
+        self.journal.write(self.pending.reports, replies)
+
+    def committed(self, replies: list[tuple[str, int, int, str]]) -> None:
+        """The batch is on disk: its nonces count as seen, the exchange looks at the answers."""
         if self.pending.reports:
             crash_point("leader_after_journal")
         if replies:

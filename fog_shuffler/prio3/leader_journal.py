@@ -64,10 +64,14 @@ class LeaderJournal:
             return
         with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR IGNORE INTO prio3_reports VALUES (?,?,?,?,?,?,?,?)", reports)
-            self.db.executemany("INSERT OR IGNORE INTO prio3_nonces VALUES (?,?,?,?)",
-                                [(r[3], r[0], r[1], r[2]) for r in reports])
-            self.db.executemany("INSERT OR IGNORE INTO prio3_replies VALUES (?,?,?,?)", replies)
+            self.write(reports, replies)
+
+    def write(self, reports: list[ReportRow], replies: list[tuple[str, int, int, str]]) -> None:
+        """What add() writes, inside a transaction the caller opened (the fog's one per batch)."""
+        self.db.executemany("INSERT OR IGNORE INTO prio3_reports VALUES (?,?,?,?,?,?,?,?)", reports)
+        self.db.executemany("INSERT OR IGNORE INTO prio3_nonces VALUES (?,?,?,?)",
+                            [(r[3], r[0], r[1], r[2]) for r in reports])
+        self.db.executemany("INSERT OR IGNORE INTO prio3_replies VALUES (?,?,?,?)", replies)
 
     def open_reports(self) -> list[tuple[str, int, str, float, float, str]]:
         """The windows' view of the open reports (region, t, device, y, eps, mechanism)."""

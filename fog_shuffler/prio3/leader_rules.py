@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fog_shuffler.ingest import Accepted, IngestRules, Rejected, parse_report
+from fog_shuffler.ingest import Accepted, IngestRules, Rejected, add_reasons, parse_report
+from fog_shuffler.reports import split
 from fog_shuffler.windows import ClosedWindow
 from rase_common.protocol.prio3 import (MAX_PRIO3_REPORT_BYTES, Prio3Batch, Prio3Params, Prio3Report, Prio3Share,
                                         Prio3Statement, Prio3Summary, Prio3Verify, nonce_digest, pack, pack_mask,
@@ -28,6 +29,12 @@ from rase_common.vdaf import Prio3Aggregator
 from rase_common.vdaf.batch import Rejection
 
 PRIO3 = "prio3"
+# What the leader refuses beyond the fog's own reasons (fog_shuffler.ingest).
+# params_mismatch: a report made under other Prio3 params than the fog's own; prio3_reply_unsolicited:
+# a helper answer for a batch the fog never sent (issue 26).
+LEADER_REASONS = ("nonce_repeated", "malformed_share", "prio3_reply_invalid", "params_mismatch",
+                  "prio3_reply_unsolicited")
+add_reasons(LEADER_REASONS)
 
 
 @dataclass(frozen=True)
@@ -57,15 +64,7 @@ def validate_report(topic: str, payload: bytes, now_t: int, rules: IngestRules, 
 
 def split_prio3(cw: ClosedWindow) -> tuple[ClosedWindow, ClosedWindow | None]:
     """A closed window's Prio3 reports, and the rest (None: none), around a change of mechanism."""
-    mechs = cw.mechanisms or ["br"] * len(cw.devices)
-    idx = [i for i, m in enumerate(mechs) if m == PRIO3]
-    other = [i for i, m in enumerate(mechs) if m != PRIO3]
-
-    def part(ix: list[int], dropped: int) -> ClosedWindow:
-        return ClosedWindow(cw.region, cw.t, [cw.devices[i] for i in ix], [cw.values[i] for i in ix],
-                            [cw.eps[i] for i in ix], cw.duplicates, dropped, suppressed=not ix or cw.suppressed,
-                            mechanisms=[mechs[i] for i in ix])
-    return part(idx, cw.eps_level_dropped), (part(other, 0) if other else None)
+    return split(cw, frozenset({PRIO3}))
 
 
 @dataclass

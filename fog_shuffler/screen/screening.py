@@ -24,7 +24,7 @@ import time
 from typing import Callable
 
 from fog_shuffler.screen.detection import SECONDS_PER_DAY, Alarm, Detector, DeviceState
-from fog_shuffler.ingest import Accepted, Rejected
+from fog_shuffler.ingest import Accepted, Rejected, add_reasons
 from fog_shuffler.journal import DetectionWrite, Journal
 from fog_shuffler.protocol import Protocol, ProtocolFollower
 from rase_common.errors import StorageError
@@ -32,6 +32,8 @@ from rase_common.mechanisms.base import Setting
 
 log = logging.getLogger("fog_shuffler.service")
 CHECKPOINT_S = 5.0
+QUARANTINED = "quarantined_device"     # a valid report from a device detection quarantined
+add_reasons((QUARANTINED,))
 
 
 class DeviceScreen:
@@ -64,7 +66,7 @@ class DeviceScreen:
 
     def screen(self, rep: Accepted) -> None:
         if self.detector.is_quarantined(rep.device):
-            raise Rejected("quarantined_device", "the device failed the plausibility test")
+            raise Rejected(QUARANTINED, "the device failed the plausibility test")
 
     def observe(self, rep: Accepted, protocol: ProtocolFollower) -> None:
         """Score an accepted report (undone by rollback())."""

@@ -47,7 +47,7 @@ from prometheus_client import CollectorRegistry, Counter as PromCounter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fusion_center.prio3.helper_rules import Answer, answer_batch, build_aggregate, combine, own_params_for, refusal
-from fusion_center.prio3.helper_store import HelperStore
+from fusion_center.prio3.helper_store import HelperStore, digest
 from rase_common.errors import Outage
 from rase_common.failpoints import crash_point
 from rase_common.kafka import KafkaConfig, KafkaSink
@@ -59,10 +59,21 @@ from rase_common.protocol.aggregate import Aggregate
 from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.prio3 import Prio3Batch, Prio3Params, Prio3Share, parse_leader_message, unpack
 from rase_common.secagg import Alarm, ShareOpener, compute, read_key, tile, work_loop
+from rase_common.sqlite import storage_errors
 from rase_device.prio3 import NONCE_SIZE
 
 log = logging.getLogger(__name__)
 LARGE = 2000          # verify in a worker thread above this many reports
+# Why the helper refuses a leader message (issue 26): metric labels and the quarantine's reasons.
+REFUSALS = ("unknown_region", "params_mismatch", "batch_conflict", "batch_after_release", "share_conflict", "too_old")
+
+
+class Refused(ValueError):
+    """A leader message the helper refuses; `reason` is one of REFUSALS."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
 
 
 class Prio3FusionConfig(BaseModel):
@@ -116,6 +127,13 @@ class Prio3Helper:
         self.alarm = Alarm("fusion prio3", log)
         self._own: dict[str, Prio3Params] = {}      # params JSON -> model (the store's log, parsed once)
         self.noise_bits = None     # tests only: a RandomBits for the helper's noise (None: os.urandom)
+        self._parts: list[tuple[str, int, int, str]] = []     # staged by the intake batch (stage/write/committed)
+        self._shares: list[tuple[str, int, str]] = []
+        self._late: list[tuple[str, int]] = []
+        self._again: list[tuple[str, int]] = []
+        self._refusals: list[tuple[str, int, str, str | None]] = []   # (region, t, answer, finish reason)
+        self._refused: list[tuple[str, str]] = []                    # (reason, detail): counted once committed
+        self._staged: dict[tuple, str] = {}                          # digests staged in this batch
 
     def open(self, db) -> None:  # noqa: ANN001 - the fusion store's connection
         self.opener = ShareOpener(read_key(self.cfg.private_key_file, "fusion [prio3] private_key_file"),
@@ -175,68 +193,106 @@ class Prio3Helper:
                 out.append(self._own[text])
         return out
 
-    def _refuse(self, reason: str, detail: str) -> tuple[str, str]:
-        self.metrics.refused.labels(reason).inc()
-        self.alarm.raised(reason, detail)
-        return reason, detail[:300]
+    def _refuse(self, reason: str, detail: str) -> "Refused":
+        """A refusal: counted and alarmed once the batch is committed; raised for the host to quarantine."""
+        self._refused.append((reason, detail))
+        return Refused(reason, detail[:300])
 
     # -- intake ----------------------------------------------------------------------------------
-    def take(self, payloads: list[bytes], now: float, has_aggregate) -> list[tuple[str, str]]:  # noqa: ANN001
+    def take(self, payloads: list[bytes], now: float, has_aggregate) -> list[tuple[str, str] | None]:  # noqa: ANN001
         """Store the leader's messages of one intake batch (one commit); returns
         (reason, detail) of each invalid or refused one, for the quarantine
         (aligned with None for good ones)."""
-        parts, shares, bad, at_part, at_share = [], [], [], [], []
-        refused = False
+        bad: list[tuple[str, str] | None] = []
         for payload in payloads:
             try:
-                m = parse_leader_message(payload)
-            except (ValidationError, ValueError) as err:
+                self.stage(payload, has_aggregate)
+                bad.append(None)
+            except Refused as err:
+                bad.append((err.reason, str(err)))
+            except ValueError as err:
                 bad.append(("prio3_invalid", str(err).replace("\n", " ")[:300]))
-                continue
-            bad.append(None)
-            if m.region not in self.known:             # the regions are the helper's own config's
-                bad[-1] = self._refuse("unknown_region", f"region {m.region!r} is not one of {sorted(self.known)}")
-                continue
-            if has_aggregate(m.t) and not self.store.finished(m.region, m.t):   # late: t is published already
-                if isinstance(m, Prio3Share) and self.store.state(m.region, m.t) is not None:
-                    self._drop(m.region, m.t, "late")
-                continue
-            if isinstance(m, Prio3Batch):
-                mine = self.own_params(m.t)
-                if own_params_for(m.params, mine) is None:
-                    bad[-1] = self._refuse("params_mismatch", f"({m.region}, {m.t}): the batch's params "
-                                           f"{m.params.text} are not the helper's own "
-                                           f"{' or '.join(p.text for p in mine) or '(none yet)'}")
-                    # Nothing is ever released for this window: refused, answered and finished at once.
-                    if self.store.refuse(m.region, m.t, refusal(m.region, m.t, m.total, "params_mismatch"),
-                                         finish="params_mismatch"):
-                        refused = True
-                        self.metrics.windows.labels("dropped_params_mismatch").inc()
-                    continue
-                parts.append((m.region, m.t, m.first, payload.decode()))
-                at_part.append(len(bad) - 1)
-            else:
-                shares.append((m.region, m.t, payload.decode()))
-                at_share.append(len(bad) - 1)
-        again, bad_parts, bad_shares = self.store.add(parts, shares, now)
-        for i, reason in bad_parts.items():
-            region, t = parts[i][:2]
-            bad[at_part[i]] = self._refuse(reason, f"a batch part of ({region}, {t}) that reopens a window already "
-                                                   f"taken ({reason}): a batch is collected once")
-            if reason in ("batch_conflict", "batch_after_release"):
-                refused |= self.store.refuse(region, t, refusal(region, t, 0, reason))
-        for j, reason in bad_shares.items():
-            region, t = shares[j][:2]
-            bad[at_share[j]] = self._refuse(reason, f"a second leader share for ({region}, {t}) ({reason})")
-        if again or refused:
-            self.outbox_wakeup.set()
-        if parts:
-            crash_point("helper_after_journal")
-        if shares:
-            crash_point("helper_after_share")
-        if parts or shares:
-            self.work_wakeup.set()
+        with storage_errors("fusion store"), self.store.db:
+            self.store.db.execute("BEGIN")
+            self.write(now)
+        self.committed()
         return bad
+
+    def stage(self, payload: bytes, has_aggregate) -> None:  # noqa: ANN001
+        """One leader message of an intake batch, judged and staged for
+        write(); Refused (a ValueError with a reason) when the helper refuses
+        it, ValueError when it is not a leader message at all."""
+        try:
+            m = parse_leader_message(payload)
+        except ValidationError as err:
+            raise ValueError(str(err)) from None
+        if m.region not in self.known:             # the regions are the helper's own config's
+            raise self._refuse("unknown_region", f"region {m.region!r} is not one of {sorted(self.known)}")
+        if has_aggregate(m.t) and not self.store.finished(m.region, m.t):   # late: t is published already
+            if isinstance(m, Prio3Share) and self.store.state(m.region, m.t) is not None:
+                self._late.append((m.region, m.t))
+            return
+        text = payload.decode()
+        d = digest(text)
+        if isinstance(m, Prio3Batch):
+            mine = self.own_params(m.t)
+            if own_params_for(m.params, mine) is None:
+                # Nothing is ever released for this window: refused, answered and finished at once.
+                self._refusals.append((m.region, m.t, refusal(m.region, m.t, m.total, "params_mismatch"),
+                                       "params_mismatch"))
+                raise self._refuse("params_mismatch", f"({m.region}, {m.t}): the batch's params {m.params.text} "
+                                   f"are not the helper's own {' or '.join(p.text for p in mine) or '(none yet)'}")
+            key = ("part", m.region, m.t, m.first)
+            verdict = self._staged_verdict(key, d) or self.store.part_verdict(m.region, m.t, m.first, d)
+            if verdict not in (None, "repeat"):
+                if verdict != "too_old":
+                    self._refusals.append((m.region, m.t, refusal(m.region, m.t, 0, verdict), None))
+                raise self._refuse(verdict, f"a batch part of ({m.region}, {m.t}) that reopens a window already "
+                                            f"taken ({verdict}): a batch is collected once")
+            self._staged[key] = d
+            self._parts.append((m.region, m.t, m.first, text))
+        else:
+            key = ("share", m.region, m.t)
+            verdict = self._staged_verdict(key, d) or self.store.share_verdict(m.region, m.t, d)
+            if verdict in ("repeat", "late"):
+                return
+            if verdict is not None:
+                raise self._refuse(verdict, f"a second leader share for ({m.region}, {m.t}) ({verdict})")
+            self._staged[key] = d
+            self._shares.append((m.region, m.t, text))
+
+    def _staged_verdict(self, key: tuple, d: str) -> str | None:
+        """The same message twice in one intake batch is a repeat; another one for the same slot a conflict."""
+        if key not in self._staged:
+            return None
+        return "repeat" if self._staged[key] == d else ("batch_conflict" if key[0] == "part" else "share_conflict")
+
+    def write(self, now: float) -> None:
+        """What was staged, inside the fusion store's open transaction (the batch's one commit)."""
+        self._again = self.store.write(self._parts, self._shares, now, self._refusals)
+
+    def committed(self) -> None:
+        for region, t in self._late:
+            self._drop(region, t, "late")
+        for reason, detail in self._refused:
+            self.metrics.refused.labels(reason).inc()
+            self.alarm.raised(reason, detail)
+        if any(finish for *_, finish in self._refusals):
+            self.metrics.windows.labels("dropped_params_mismatch").inc(
+                len({(r, t) for r, t, _, finish in self._refusals if finish}))
+        if self._again or self._refusals:
+            self.outbox_wakeup.set()
+        if self._parts:
+            crash_point("helper_after_journal")
+        if self._shares:
+            crash_point("helper_after_share")
+        if self._parts or self._shares:
+            self.work_wakeup.set()
+        self.rolled_back()
+
+    def rolled_back(self) -> None:
+        self._parts, self._shares, self._late, self._again = [], [], [], []
+        self._refusals, self._refused, self._staged = [], [], {}
 
     # -- answering and combining -------------------------------------------------------------------
     async def _work(self) -> None:

@@ -74,50 +74,86 @@ class HelperStore:
 
     def add(self, parts: list[tuple[str, int, int, str]], shares: list[tuple[str, int, str]], now: float
             ) -> tuple[list[tuple[str, int]], dict[int, str], dict[int, str]]:
-        """One transaction: batch parts and leader shares, each taken once
-        (see the module's "A batch is collected once"). Returns (the windows
-        whose batch came again although answered: the leader asked again,
-        their answers are queued again; refused parts by index -> reason;
-        refused shares by index -> reason)."""
+        """One transaction: each part and share judged (part_verdict,
+        share_verdict) and the ones taken written. Returns (the windows whose
+        batch came again although answered: the leader asked again, their
+        answers are queued again; refused parts by index -> reason; refused
+        shares by index -> reason)."""
         again: list[tuple[str, int]] = []
         bad_parts: dict[int, str] = {}
         bad_shares: dict[int, str] = {}
         with storage_errors("fusion store"), self.db:
             self.db.execute("BEGIN")
-            oldest = self.pruned_before()
-            for i, (region, t, first, payload) in enumerate(parts):
-                d = digest(payload)
-                prev = self._one("SELECT digest FROM prio3_part_digests WHERE region=? AND t=? AND first=?",
-                                 (region, t, first))
-                if t < oldest:
-                    bad_parts[i] = "too_old"
-                elif prev == d:                     # the same bytes: the leader's retry
-                    if not self._finished(region, t) and self.state(region, t) == "answered":
-                        self.db.execute("UPDATE prio3_outbox SET sent=0 WHERE region=? AND t=? AND seq >= 0",
-                                        (region, t))
-                        again.append((region, t))
-                elif prev is not None or self.state(region, t) == "answered":
-                    bad_parts[i] = "batch_conflict"     # another membership for a window already taken
-                elif self._finished(region, t):
-                    bad_parts[i] = "batch_after_release"
+            for i, part in enumerate(parts):
+                verdict = self.part_verdict(*part[:3], digest(part[3]))
+                if verdict in (None, "repeat"):
+                    again += self.write([part], [], now)
                 else:
-                    self.db.execute("INSERT INTO prio3_batches VALUES (?,?,?,?,?)", (region, t, first, payload, now))
-                    self.db.execute("INSERT INTO prio3_part_digests VALUES (?,?,?,?)", (region, t, first, d))
-            for j, (region, t, payload) in enumerate(shares):
-                d = digest(payload)
-                prev = self._one("SELECT digest FROM prio3_share_digests WHERE region=? AND t=?", (region, t))
-                if t < oldest:
-                    bad_shares[j] = "too_old"
-                elif prev == d:
-                    continue
-                elif prev is not None:
-                    bad_shares[j] = "share_conflict"
-                elif self._finished(region, t):
-                    continue                        # the helper finished it without a share: late, ignored
-                else:
-                    self.db.execute("INSERT INTO prio3_shares VALUES (?,?,?)", (region, t, payload))
-                    self.db.execute("INSERT INTO prio3_share_digests VALUES (?,?,?)", (region, t, d))
+                    bad_parts[i] = verdict
+            for j, share in enumerate(shares):
+                verdict = self.share_verdict(*share[:2], digest(share[2]))
+                if verdict is None:
+                    self.write([], [share], now)
+                elif verdict not in ("repeat", "late"):
+                    bad_shares[j] = verdict
         return again, bad_parts, bad_shares
+
+    def part_verdict(self, region: str, t: int, first: int, d: str) -> str | None:
+        """None: a new part, to take; "repeat": the same bytes again (the
+        leader's retry); else why it is refused: too_old (below the pruning
+        horizon), batch_conflict (other bytes for a part taken, or a new part
+        once the window is answered: another membership), batch_after_release."""
+        with storage_errors("fusion store"):
+            if t < self.pruned_before():
+                return "too_old"
+            prev = self._one("SELECT digest FROM prio3_part_digests WHERE region=? AND t=? AND first=?",
+                             (region, t, first))
+            if prev == d:
+                return "repeat"
+            if prev is not None or self.state(region, t) == "answered":
+                return "batch_conflict"
+            return "batch_after_release" if self._finished(region, t) else None
+
+    def share_verdict(self, region: str, t: int, d: str) -> str | None:
+        """None: a share to take; "repeat" (the same bytes again) and "late"
+        (the helper finished the window without one) are ignored; else why it
+        is refused: too_old, share_conflict (another share for the window)."""
+        with storage_errors("fusion store"):
+            if t < self.pruned_before():
+                return "too_old"
+            prev = self._one("SELECT digest FROM prio3_share_digests WHERE region=? AND t=?", (region, t))
+            if prev == d:
+                return "repeat"
+            if prev is not None:
+                return "share_conflict"
+            return "late" if self._finished(region, t) else None
+
+    def write(self, parts: list[tuple[str, int, int, str]], shares: list[tuple[str, int, str]], now: float,
+              refusals: Sequence[tuple[str, int, str, str | None]] = ()) -> list[tuple[str, int]]:
+        """Inside a transaction the caller opened (the fusion center's one per
+        intake batch): parts judged new or a repeat, shares judged new, and the
+        helper's refusals (region, t, message, finish reason or None). Returns
+        the windows whose answers are queued again."""
+        again: list[tuple[str, int]] = []
+        for region, t, first, payload in parts:
+            d = digest(payload)
+            prev = self._one("SELECT digest FROM prio3_part_digests WHERE region=? AND t=? AND first=?",
+                             (region, t, first))
+            if prev == d:                           # the same bytes: answered again while the window is open
+                if not self._finished(region, t) and self.state(region, t) == "answered":
+                    self.db.execute("UPDATE prio3_outbox SET sent=0 WHERE region=? AND t=? AND seq >= 0",
+                                    (region, t))
+                    again.append((region, t))
+                continue
+            self.db.execute("INSERT INTO prio3_batches VALUES (?,?,?,?,?)", (region, t, first, payload, now))
+            self.db.execute("INSERT INTO prio3_part_digests VALUES (?,?,?,?)", (region, t, first, d))
+        for region, t, payload in shares:
+            d = digest(payload)
+            if self.db.execute("INSERT OR IGNORE INTO prio3_share_digests VALUES (?,?,?)", (region, t, d)).rowcount:
+                self.db.execute("INSERT INTO prio3_shares VALUES (?,?,?)", (region, t, payload))
+        for region, t, message, finish in refusals:
+            self._refusal(region, t, message, finish)
+        return again
 
     def _one(self, sql: str, args: tuple):  # noqa: ANN202
         row = self.db.execute(sql, args).fetchone()
@@ -129,17 +165,21 @@ class HelperStore:
         return int(v) if v is not None else -(1 << 62)
 
     def refuse(self, region: str, t: int, message: str, *, finish: str | None = None) -> bool:
-        """Queue the helper's refusal of a batch (once per window), and with
-        `finish` mark the window finished for that reason in the same
-        transaction (nothing is ever released for it); True if the refusal is new."""
+        """One transaction: _refusal(); True if the refusal is new."""
         with storage_errors("fusion store"), self.db:
             self.db.execute("BEGIN")
-            new = self.db.execute("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
-                                  (region, t, REFUSAL_SEQ, message)).rowcount > 0
-            if finish is not None:
-                for table in ("prio3_batches", "prio3_shares", "prio3_windows"):
-                    self.db.execute(f"DELETE FROM {table} WHERE region=? AND t=?", (region, t))
-                self.db.execute("INSERT OR IGNORE INTO prio3_done VALUES (?,?,?)", (region, t, finish))
+            return self._refusal(region, t, message, finish)
+
+    def _refusal(self, region: str, t: int, message: str, finish: str | None) -> bool:
+        """Queue the helper's refusal of a batch (once per window), and with
+        `finish` mark the window finished for that reason (nothing is ever
+        released for it); True if the refusal is new."""
+        new = self.db.execute("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
+                              (region, t, REFUSAL_SEQ, message)).rowcount > 0
+        if finish is not None:
+            for table in ("prio3_batches", "prio3_shares", "prio3_windows"):
+                self.db.execute(f"DELETE FROM {table} WHERE region=? AND t=?", (region, t))
+            self.db.execute("INSERT OR IGNORE INTO prio3_done VALUES (?,?,?)", (region, t, finish))
         return new
 
     def seen_nonces(self, region: str, t: int, nonces: list[bytes]) -> set[bytes]:

@@ -9,7 +9,8 @@ See registry.py for the table and base.py for what each mechanism provides.
 """
 
 from rase_common.mechanisms.base import Estimate, Estimates, Mechanism, Setting, Support
-from rase_common.mechanisms.registry import DEFAULT_MECHANISM, MEAN_MECHANISMS, MECHANISMS, REGISTRY, mechanism
+from rase_common.mechanisms.registry import (DEFAULT_MECHANISM, MEAN_MECHANISMS, MECHANISMS, REGISTRY, mechanism,
+                                             role_paths)
 
 __all__ = ["DEFAULT_MECHANISM", "Estimate", "Estimates", "MEAN_MECHANISMS", "MECHANISMS", "Mechanism", "REGISTRY",
-           "Setting", "Support", "mechanism"]
+           "Setting", "Support", "mechanism", "role_paths"]

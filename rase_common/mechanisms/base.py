@@ -132,6 +132,10 @@ class Mechanism:
     output: str = ""               # what aggregates publish: "mean", "count" or "frequencies"
     # The paper's estimators published beside the mechanism's own ("bs", "se", "mle"; fusion_center.ldp.merge).
     extras: tuple[str, ...] = ()
+    # The roles that serve the mechanism in each service (rase_common.role): named, not imported,
+    # so the registry stays below the services. Every local-DP mechanism shares one pair.
+    fog_role: str = "fog_shuffler.ldp.role:LdpReports"
+    fusion_role: str = "fusion_center.ldp.role:LdpEstimation"
 
     def randomizer(self, setting: Setting, bits=None):
         from rase_device.mechanisms import make_randomizer

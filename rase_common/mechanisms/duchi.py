@@ -20,7 +20,7 @@ import numpy as np
 
 from rase_device.duchi import DuchiParams
 from rase_device.randomizer import Calibration
-from rase_common.mechanisms.base import Estimate
+from rase_common.mechanisms.base import Estimate, Estimates
 from rase_common.mechanisms.bounded import BoundedMechanism, center_half, interval_variance
 from rase_common.mechanisms.intervals import STERNE_MAX_N, binomial_sterne
 from rase_common.mechanisms.support import PointsSupport
@@ -97,6 +97,23 @@ class Duchi(BoundedMechanism):
         lo, hi = reading(lo), reading(hi)
         method = "exact-binomial-sterne" if y.size <= STERNE_MAX_N else "exact-binomial-clopper-pearson"
         return Estimate(float(y.mean()), lo, hi, y.size, method, interval_variance(bound, lo, hi, y.size))
+
+    def estimate(self, by_level: dict, setting, level: float = 0.95) -> Estimates:
+        """The bounded mechanisms' mean, and in its meaning what a first run
+        wonders about: a mean of n two-valued reports takes one of n + 1
+        values, so with few devices it repeats exactly from one t to the next."""
+        out = super().estimate(by_level, setting, level)
+        levels = {eps: y for eps, y in by_level.items() if np.size(y)}
+        if len(levels) != 1:
+            return out
+        (eps, y), = levels.items()
+        low, high = self.device_values(setting.calibration, eps)
+        n = int(np.size(y))
+        out.meaning["mean"] = (f"{out.meaning['mean']} Each Duchi report is one of two values ({low:.6g} or "
+                               f"{high:.6g} at eps {eps:g}), so the mean of these {n} reports is one of {n + 1} "
+                               f"values {(high - low) / n:.6g} apart: with few reports it repeats exactly while the "
+                               "readings change little; the windowed means move in smaller steps.")
+        return out
 
     def support(self, setting, eps: float) -> PointsSupport:
         cal = setting.calibration

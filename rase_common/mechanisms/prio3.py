@@ -217,6 +217,9 @@ class NoValues(Support):
 
 class Prio3Mechanism(Mechanism):
     name = "prio3"
+    # The fog is Prio3's leader and the fusion center its helper and collector.
+    fog_role = "fog_shuffler.prio3.role:LeaderRole"
+    fusion_role = "fusion_center.prio3.role:HelperRole"
     output = "mean"        # for the default kind (sum); count -> "count", histogram -> "frequencies"
     outputs = {"sum": "mean", "count": "count", "histogram": "frequencies"}
 

@@ -32,6 +32,14 @@ MEAN_MECHANISMS = tuple(name for name, m in REGISTRY.items() if m.output == "mea
 SECURE: dict[str, Mechanism] = {"prio3": PRIO3}
 
 
+def role_paths(service: str) -> tuple[str, ...]:
+    """The roles ("package.module:Class") that serve the registry's mechanisms
+    in a service ("fog" or "fusion"), each once, the specific ones (a secure
+    mode's) before the shared local-DP one, which takes whatever they leave."""
+    entries = list(SECURE.values()) + list(REGISTRY.values())
+    return tuple(dict.fromkeys(getattr(m, f"{service}_role") for m in entries))
+
+
 def mechanism(name: str) -> Mechanism:
     """The registry entry of a mechanism, or ValueError naming the known ones."""
     try:
@@ -40,4 +48,4 @@ def mechanism(name: str) -> Mechanism:
         raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS + tuple(SECURE))}, got {name!r}") from None
 
 
-__all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "MEAN_MECHANISMS", "REGISTRY", "SECURE", "mechanism"]
+__all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "MEAN_MECHANISMS", "REGISTRY", "SECURE", "mechanism", "role_paths"]

@@ -125,3 +125,32 @@ def test_bundle_refuses_a_broker_its_ca_did_not_sign_and_says_why(tmp_path):
     assert status["link"] == "down" and reason in status.get("error", "") + " ".join(board.lines())
     # The handshake failed before CONNECT: the broker never saw b1 (nor its password).
     assert " as b1 " not in broker.log()
+
+
+def test_the_documented_tls_listener_binds_the_address_it_names(tmp_path):
+    """docs/boards.md's TLS listener, its files replaced by a `rase certs` PKI
+    and its address and port by loopback ones: Mosquitto listens there only,
+    and a client verifying with the CA connects."""
+    import re
+    from pathlib import Path
+
+    from simulators.brokers import free_port
+    from tests.mqtt_helpers import listening_addresses
+
+    doc = (Path(__file__).resolve().parents[2] / "docs/boards.md").read_text()
+    block = doc.split("<!-- tested: the boards' TLS listener -->", 1)[1].split("```", 2)[1]
+    listener = re.search(r"^listener 8883 (\S+)$", block, re.M)
+    assert listener, "the documented listener names no address: it would open every interface"
+    pki = make_test_pki(tmp_path / "pki")
+    port = free_port()
+    conf = (block.replace(f"listener 8883 {listener.group(1)}", f"listener {port} 127.0.0.1")
+            .replace("/etc/mosquitto/certs/ca.crt", str(pki.ca_cert))
+            .replace("/etc/mosquitto/certs/server.crt", str(pki.server_cert))
+            .replace("/etc/mosquitto/certs/server.key", str(pki.server_key)))
+    assert "/etc/" not in "".join(line for line in conf.splitlines() if not line.startswith("#"))
+    broker = Mosquitto(tmp_path / "mq", extra_conf=conf).start()
+    try:
+        assert listening_addresses(port) == {"127.0.0.1"}
+        assert _connects(port, pki.ca_cert)
+    finally:
+        broker.stop()

@@ -1,6 +1,7 @@
 """`rase demo` as a user runs it (shortened): embedded broker, bundled REFIT,
 whole pipeline, summary and plot."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,3 +25,9 @@ def test_demo_runs_the_whole_pipeline_and_writes_the_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     lines = (tmp_path / "aggregates.jsonl").read_text().splitlines()
     assert len(lines) == 46 and '"params"' in lines[0]
+    # The last progress line counts what the summary counts (it once came before the last windows closed).
+    progress = [line for line in proc.stderr.splitlines() if line.lstrip().startswith("replay t")]
+    assert progress and "done" in progress[-1], proc.stderr[-2000:]
+    last = re.search(r"reports\s+(\d+)\s+aggregates\s+(\d+)", progress[-1])
+    assert last.group(2) == re.search(r"aggregates stored (\d+)", out).group(1) == "45"
+    assert last.group(1) == re.search(r"reports (\d+)", out).group(1)

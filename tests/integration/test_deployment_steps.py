@@ -6,7 +6,9 @@ takeover), the healthcheck works, and a 100 MB publish is refused."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -177,3 +179,89 @@ def test_the_compose_healthcheck_command_passes_on_the_loopback_listener(broker,
     # Another user with the health password is refused: the check needs the health user's own.
     bad = subprocess.run(["sh", "-c", cmd.replace("-u health", "-u h1a1")], capture_output=True, timeout=20)
     assert bad.returncode != 0
+
+
+BROKER_MARKER = "<!-- tested: the broker without Docker -->"
+
+
+def broker_block() -> str:
+    from tests.integration.shipped import ROOT
+
+    after = (ROOT / "docs/deployment.md").read_text().split(BROKER_MARKER, 1)[1]
+    return re.search(r"```sh\n(.*?)```", after, re.S).group(1)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts Mosquitto as root, as `sudo mosquitto` does, to see it drop to "
+                                              "user mosquitto")
+def test_the_broker_without_docker_reads_its_files_as_user_mosquitto(tmp_path_factory):
+    """docs/deployment.md's block for Mosquitto without Docker, run as root
+    (with a `sudo` that runs its command as it is, as root's would): only the
+    folder `broker` names (one of this test's, reachable by user mosquitto)
+    and the shipped file's listener ports (free loopback ones) differ. Mosquitto
+    runs as user mosquitto, which could not enter secrets/, and still admits a
+    fog and a device over TLS with their passwords; pointed straight at
+    secrets/, the same broker stops, as the docs say."""
+    import pwd
+    import signal
+    import tempfile
+
+    from simulators.brokers import free_port, mosquitto_binary, wait_port
+
+    deploy = run_deployment_steps(tmp_path_factory.mktemp("deploy-host"))
+    tls_port, local_port = free_port(), free_port()
+    conf = deploy / "configs/mosquitto/mosquitto.conf"
+    conf.write_text(conf.read_text().replace("listener 8883\n", f"listener {tls_port} 127.0.0.1\n")
+                    .replace("listener 1883 127.0.0.1\n", f"listener {local_port} 127.0.0.1\n"))
+    base = Path(tempfile.mkdtemp(prefix="rase-broker-"))   # /tmp/pytest-of-root is 700: not reachable
+    base.chmod(0o755)
+    shim = deploy / "bin"
+    shim.mkdir()
+    (shim / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
+    (shim / "sudo").chmod(0o755)
+    block = broker_block()
+    assert block.startswith("broker=/etc/mosquitto/rase")
+    block = block.replace("broker=/etc/mosquitto/rase", f"broker={base}/rase", 1)
+    env = {"PATH": f"{shim}:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(deploy)}
+    log = open(deploy / "broker-block.log", "w")
+    proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", block], cwd=deploy, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    broker = None
+    try:
+        assert wait_port(tls_port, 15, proc) and wait_port(local_port, 5, proc), \
+            (deploy / "broker-block.log").read_text()
+        (pid,) = [int(p) for p in subprocess.run(["pgrep", "-g", str(proc.pid), "-x", "mosquitto"],
+                                                 capture_output=True, text=True).stdout.split()]
+        uid = int(re.search(r"^Uid:\s+(\d+)", Path(f"/proc/{pid}/status").read_text(), re.M).group(1))
+        assert uid == pwd.getpwnam("mosquitto").pw_uid
+        # The users of the ACL, as any client of the deployment reaches them.
+        broker = type("HostBroker", (), {"tls_port": tls_port, "ca_file": deploy / "secrets/ca.crt",
+                                         "password": lambda self, u: (deploy / "secrets/passwords" / u)
+                                         .read_text().strip()})()
+        fog = TlsClient(broker, "fog-r1", "fog-r1")
+        device = TlsClient(broker, "h1a1", "h1a1")
+        try:
+            assert fog.connected and device.connected
+            fog.sub("rase/v1/reports/r1/+")
+            device.pub("rase/v1/reports/r1/h1a1", b'{"v":1}')
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not fog.got:
+                time.sleep(0.05)
+            assert fog.topics() == ["rase/v1/reports/r1/h1a1"]
+        finally:
+            fog.close()
+            device.close()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(15)
+    # The same configuration with the paths straight into secrets/: user mosquitto cannot open them.
+    try:
+        naive = (base / "rase/mosquitto.conf").read_text() \
+            .replace(f"{base}/rase/mqtt-server", str(deploy / "secrets/mqtt-server")) \
+            .replace(f"{base}/rase/mosquitto_passwd", str(deploy / "secrets/mosquitto_passwd"))
+        (base / "naive.conf").write_text(naive)
+        out = subprocess.run([mosquitto_binary(), "-c", str(base / "naive.conf")], capture_output=True, text=True,
+                             timeout=15)
+        assert out.returncode != 0 and "Unable to open pwfile" in out.stdout + out.stderr
+    finally:
+        shutil.rmtree(base)        # the broker's copies of the key and passwords

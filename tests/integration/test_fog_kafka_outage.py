@@ -71,12 +71,12 @@ async def run_fog_through_outage(tansu, tmp_path) -> tuple[FogService, dict]:
             seen["acked_during_outage"] += len(DEVICES)
             t += 1
             await asyncio.sleep(2.0)
-        seen["attempts"] = fog.forwarding.attempts
-        seen["backoff_nominal_s"] = fog.forwarding.backoff.nominal_s(fog.forwarding.backoff.attempts - 1)
-        seen["outbox_during"] = fog.outbox_size
+        seen["attempts"] = fog.forwarder.outage.attempts
+        seen["backoff_nominal_s"] = fog.forwarder.outage.backoff.nominal_s(fog.forwarder.outage.backoff.attempts - 1)
+        seen["outbox_during"] = fog.ctx.outbox.size
         seen["last_t"] = t - 1
         tansu.start()
-        assert await until(lambda: fog.outbox_size == 0, 60), "the outbox was forwarded once Kafka came back"
+        assert await until(lambda: fog.ctx.outbox.size == 0, 60), "the outbox was forwarded once Kafka came back"
         seen["sent"] = fog.windows_sent
     finally:
         stop.set()
@@ -103,8 +103,8 @@ def test_kafka_down_for_60_s_costs_few_warnings_and_no_window(tansu_s3, tmp_path
     assert len(warnings) <= 10, [r.getMessage() for r in warnings]
     assert seen["acked_during_outage"] >= 20 * len(DEVICES)
     assert seen["outbox_during"] >= 20                       # windows waited in the journal, none dropped
-    assert seen["backoff_nominal_s"] == fog.forwarding.backoff.cap_s    # the retries reached the cap
-    assert seen["attempts"] <= OUTAGE_S / fog.forwarding.backoff.cap_s / (1 - fog.forwarding.backoff.jitter) + 10
+    assert seen["backoff_nominal_s"] == fog.forwarder.outage.backoff.cap_s    # the retries reached the cap
+    assert seen["attempts"] <= OUTAGE_S / fog.forwarder.outage.backoff.cap_s / (1 - fog.forwarder.outage.backoff.jitter) + 10
     windows = asyncio.run(read_back(tansu_s3.bootstrap))
     ts = [t for _, t in windows]
     assert ts == list(range(1, seen["last_t"] + 1)), "every window once, in order"

@@ -33,7 +33,7 @@ def test_forged_windows_change_no_aggregate(mosquitto, tmp_path):
     fusion = FusionService(cfg, clock=clock, source=source)
 
     async def scenario() -> None:
-        source.wakeup = fusion.arrived.set
+        source.wakeup = fusion.ctx.arrived.set
         stop = asyncio.Event()
         task = asyncio.create_task(fusion.run(stop))
 

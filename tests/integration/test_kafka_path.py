@@ -232,3 +232,36 @@ def test_two_fogs_for_two_regions_merge_per_t_at_one_fusion_center(mosquitto, ta
         parts = [windows[(r, a.t)] for r in ("r1", "r2")]
         assert a.regions == ["r1", "r2"] and a.n == sum(w.n for w in parts)
         assert a.estimates["se"].value == pytest.approx(np.mean([v for w in parts for v in w.values]))
+
+
+def test_the_documented_outside_client_reads_the_windows_from_tansu(tansu, tmp_path):
+    """docs/deployment.md's kafka-python block, run as written (only the broker's
+    address is this test's), prints every window the Kafka sink produced with its
+    region; kcat, which the docs say cannot talk to Tansu, is not what they show."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.integration.shipped import ROOT
+
+    doc = (ROOT / "docs/deployment.md").read_text()
+    block = re.search(r"<!-- tested: reading the windows with kafka-python -->\n```python\n(.*?)```", doc,
+                      re.S).group(1)
+    assert 'bootstrap_servers="127.0.0.1:9092"' in block
+    cfg = KafkaConfig(bootstrap_servers=tansu.bootstrap, idempotent=False)
+    windows = [json.dumps({"v": 1, "region": r, "t": t, "values": [1.0, 2.0]}) for r, t in (("r1", 5), ("r2", 5))]
+
+    async def produce() -> None:
+        sink = KafkaSink(cfg)
+        try:
+            for w in windows:
+                await sink.send(json.loads(w)["region"], w)
+        finally:
+            await sink.stop()
+
+    asyncio.run(produce())
+    script = tmp_path / "windows.py"
+    script.write_text(block.replace("127.0.0.1:9092", tansu.bootstrap))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == [f"{json.loads(w)['region']} {w}" for w in windows]

@@ -6,6 +6,7 @@ the fusion center's store, and in a screenshot."""
 
 import contextlib
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from simulators.brokers import free_port, wait_port
+from tests.mqtt_helpers import listening_addresses
 from tests.observe_stack import ROOT, running_stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -163,3 +165,75 @@ def test_wall_clock_times_and_a_stale_feed(stack, tmp_path):
     mid = datetime.fromtimestamp((newest + 0.5) * period_s, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert rows[0][:2] == [mid, str(newest)] and rows[0][3] == "230"
     assert "no new aggregate" in stale and f"newest t {newest}" in stale
+
+
+# Debian's /etc/mosquitto/mosquitto.conf (the mosquitto package the walkthrough installs), its paths in a
+# test folder; its conf.d gets the live page's snippet.
+DEBIAN_MOSQUITTO_CONF = """# Place your local configuration in /etc/mosquitto/conf.d/
+pid_file {dir}/mosquitto.pid
+
+persistence true
+persistence_location {dir}/
+
+log_dest file {dir}/mosquitto.log
+
+include_dir {dir}/conf.d
+"""
+SNIPPET_MARKER = "<!-- tested: the live page's listener -->"
+
+
+def documented_listener_snippet() -> str:
+    doc = (ROOT / "docs/observability.md").read_text()
+    block = doc.split(SNIPPET_MARKER, 1)[1]
+    return "\n".join(line.strip() for line in block.split("```", 2)[1].splitlines()[1:])
+
+
+def test_the_documented_listener_keeps_the_walkthrough_working_and_the_page_on_loopback(tmp_path):
+    """Mosquitto with Debian's configuration file plus the snippet, as written
+    (only its two ports are this test's): both listeners listen on loopback
+    only, the walkthrough's services are still admitted (README's block ends in
+    an aggregate), and an anonymous MQTT-over-WebSockets client, as the page
+    is, receives it."""
+    from simulators.brokers import mosquitto_binary
+    from tests.integration.test_readme_walkthrough import run_walkthrough
+
+    snippet = documented_listener_snippet()
+    assert "listener 1883 127.0.0.1" in snippet and "listener 9001 lo" in snippet
+    tcp_port, ws_port = free_port(), free_port()
+    broker_dir = tmp_path / "etc-mosquitto"
+    (broker_dir / "conf.d").mkdir(parents=True)
+    conf = broker_dir / "mosquitto.conf"
+    conf.write_text(DEBIAN_MOSQUITTO_CONF.format(dir=broker_dir)
+                    # As root, mosquitto drops to user `mosquitto`, which cannot write into the test's tmp dir.
+                    + ("user root\n" if os.geteuid() == 0 else ""))
+    (broker_dir / "conf.d" / "rase-live.conf").write_text(
+        snippet.replace("listener 1883 ", f"listener {tcp_port} ").replace("listener 9001 ", f"listener {ws_port} "))
+    proc = subprocess.Popen([mosquitto_binary(), "-c", str(conf)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    page = None
+    try:
+        assert wait_port(tcp_port, 10, proc) and wait_port(ws_port, 10, proc), (broker_dir / "mosquitto.log")
+        loopback = {"127.0.0.1", "::1"}
+        assert listening_addresses(tcp_port) and listening_addresses(tcp_port) <= loopback
+        assert listening_addresses(ws_port) and listening_addresses(ws_port) <= loopback, \
+            f"the websockets listener is open on {listening_addresses(ws_port)}"
+        got = []
+        page = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, transport="websockets", client_id="live-page-probe")
+        page.on_message = lambda c, u, m: got.append(m)
+        page.on_connect = lambda c, u, f, rc, p: c.subscribe("rase/v1/aggregates/#", qos=1)
+        page.connect("127.0.0.1", ws_port, keepalive=30)
+        page.loop_start()
+        run = run_walkthrough(tcp_port, tmp_path)
+        log = (broker_dir / "mosquitto.log").read_text()
+        assert run.aggregates, f"no aggregate after {run.took:.0f} s:\n{run.log[-3000:]}\n{log[-3000:]}"
+        assert "not authorised" not in log
+        wait_until(lambda: any(m.topic.startswith("rase/v1/aggregates/t/") for m in got), 20,
+                   what="the aggregate over WebSockets")
+        over_ws = [json.loads(m.payload) for m in got if m.topic.startswith("rase/v1/aggregates/t/")]
+        assert over_ws[0]["n"] >= 10
+    finally:
+        if page is not None:
+            page.disconnect()
+            page.loop_stop()
+        proc.terminate()
+        proc.wait(10)

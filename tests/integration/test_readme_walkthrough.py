@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,16 +38,67 @@ def test_the_block_is_the_four_commands_a_person_types():
     assert "--fleet 12" in lines[2]
 
 
+def test_the_readme_says_why_the_walkthroughs_mean_repeats_with_the_mechanisms_own_numbers():
+    """Duchi's two report values at eps 1 over the example range, and the step
+    between the 13 means of 12 reports, as README's walkthrough states them."""
+    from fusion_center.config import FusionConfig
+    from rase_common.mechanisms import mechanism
+
+    text = " ".join((ROOT / "README.md").read_text().split(MARKER, 1)[1].split())
+    precision = FusionConfig.load(ROOT / "configs/fusion.example.toml").precision
+    assert precision.mechanism == "duchi" and precision.eps_levels == [1.0]
+    low, high = mechanism("duchi").device_values(_calibration(precision), 1.0)
+    said = re.search(r"one of two values \((-?\d+) or (\d+) W at eps 1 over the example range (\d+)-(\d+) W", text)
+    assert said, "README no longer says what each Duchi report can be"
+    assert (int(said.group(1)), int(said.group(2))) == (round(low), round(high))
+    assert (float(said.group(3)), float(said.group(4))) == (precision.x_min, precision.x_max)
+    assert f"the mean of 12 reports is one of 13 values {round((high - low) / 12)} W apart" in text
+
+
+def _calibration(precision):  # noqa: ANN001, ANN202
+    from rase_device.randomizer import Calibration
+
+    return Calibration(beta=precision.beta, rho=precision.rho, x_min=precision.x_min, x_max=precision.x_max,
+                       gamma=precision.gamma)
+
+
 def test_readme_walkthrough_ends_in_an_aggregate(mosquitto, tmp_path):
+    run = run_walkthrough(mosquitto.port, tmp_path)
+    assert run.aggregates, f"no aggregate after {run.took:.0f} s:\n{run.log[-4000:]}"
+    agg = run.aggregates[-1]
+    print(f"first aggregate after {run.took:.1f} s: t={agg.t} n={agg.n} mean={agg.estimates['mean'].value:.0f} "
+          f"ci={agg.estimates['mean'].ci}")
+    assert agg.n >= 10 and agg.regions == ["r1"] and "mean" in agg.estimates
+    # Why the mean repeats from one t to the next, in the aggregate itself (README says so too).
+    assert f"the mean of these {agg.n} reports is one of {agg.n + 1} values" in agg.what["mean"], agg.what
+    assert run.took < 60, f"the first aggregate took {run.took:.0f} s"
+    # The services said what they did, and stopped cleanly on SIGTERM.
+    assert "fleet of 12 simulated devices" in run.log and "fog fog1 started" in run.log
+    assert "Traceback" not in run.log, run.log[-4000:]
+    assert (run.work / "var" / "fusion.sqlite").exists()
+
+
+@dataclass
+class WalkthroughRun:
+    aggregates: list[Aggregate]
+    log: str
+    took: float
+    work: Path
+
+
+def run_walkthrough(port: int, tmp_path: Path) -> WalkthroughRun:
+    """README's block in a fresh copy of configs/ against the broker on `port`,
+    until mosquitto_sub prints the first aggregate (or 150 s); the services
+    are then stopped as `kill %1 %2 %3` would."""
     work = tmp_path / "checkout"
     shutil.copytree(ROOT / "configs", work / "configs")
     conf = tmp_path / "xdg"
     conf.mkdir()
-    (conf / "mosquitto_sub").write_text(f"-h 127.0.0.1\n-p {mosquitto.port}\n")
-    port = str(mosquitto.port)
+    (conf / "mosquitto_sub").write_text(f"-h 127.0.0.1\n-p {port}\n")
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
            "XDG_CONFIG_HOME": str(conf),
-           "RASE_FUSION_BROKER__PORT": port, "RASE_FOG_BROKER__PORT": port, "RASE_AGENT_BROKER__PORT": port,
+           "RASE_FUSION_BROKER__PORT": str(port), "RASE_FOG_BROKER__PORT": str(port),
+           "RASE_AGENT_BROKER__PORT": str(port),
            "RASE_FUSION_METRICS_PORT": str(free_port()), "RASE_FOG_METRICS_PORT": str(free_port())}
     log, printed = tmp_path / "services.log", tmp_path / "stdout.txt"
     started = time.monotonic()
@@ -72,17 +124,7 @@ def test_readme_walkthrough_ends_in_an_aggregate(mosquitto, tmp_path):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     out = [line for line in printed.read_text().splitlines() if line.startswith("{")]
-    text = log.read_text()
-    assert out, f"no aggregate after {took:.0f} s:\n{text[-4000:]}"
-    agg = Aggregate.model_validate(json.loads(out[-1]))
-    print(f"first aggregate after {took:.1f} s: t={agg.t} n={agg.n} mean={agg.estimates['mean'].value:.0f} "
-          f"ci={agg.estimates['mean'].ci}")
-    assert agg.n >= 10 and agg.regions == ["r1"] and "mean" in agg.estimates
-    assert took < 60, f"the first aggregate took {took:.0f} s"
-    # The services said what they did, and stopped cleanly on SIGTERM.
-    assert "fleet of 12 simulated devices" in text and "fog fog1 started" in text
-    assert "Traceback" not in text, text[-4000:]
-    assert (work / "var" / "fusion.sqlite").exists()
+    return WalkthroughRun([Aggregate.model_validate(json.loads(line)) for line in out], log.read_text(), took, work)
 
 
 def _alive(pgid: int) -> bool:

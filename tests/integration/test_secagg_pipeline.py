@@ -52,7 +52,8 @@ def run_window(dep: Deployment, port: int, *, forged: bool, fog_extra=None, fusi
         row = fusion.service.store.recent("all", t, t)
         assert row, fusion.service.store.recent("all", 0, 1 << 40)
         # The fog states its own account on its topic, and compares the published aggregate with it.
-        assert wait(lambda: rec.on("rase/v1/prio3/statements/") and fog.service.leader.checked >= 1, 30)
+        leader = fog.service.roles.get("prio3").leader
+        assert wait(lambda: rec.on("rase/v1/prio3/statements/") and leader.checked >= 1, 30)
         return Aggregate.model_validate(row[0]), rec, fog.service
     finally:
         pub.close()

@@ -134,6 +134,15 @@ def test_the_documented_node_red_flow_reads_a_real_aggregate(replayed):
     ids = {node["id"] for node in flow}
     for node in flow:
         assert all(target in ids for out in node.get("wires", []) for target in out)
+    # Loaded as a flows file (not through Menu > Import), a node runs only on a tab: every
+    # node but the tab and the broker (a config node, global) names a tab of the flow in `z`.
+    tabs = {n["id"] for n in flow if n["type"] == "tab"}
+    assert tabs
+    for node in flow:
+        if node["type"] not in ("tab", "mqtt-broker"):
+            assert node.get("z") in tabs, node["id"]
+        else:
+            assert "z" not in node, node["id"]
     (mqtt_in,) = [n for n in flow if n["type"] == "mqtt in"]
     assert mqtt_in["broker"] in ids and mqtt_in["datatype"] == "json"
     (func,) = [n for n in flow if n["type"] == "function"]

@@ -4,6 +4,7 @@ the environment it gives each service loads as that service's config, and
 the Grafana dashboard queries only metrics the services export."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -186,6 +187,26 @@ def test_service_config_loads_and_uses_only_the_secrets_it_is_given(compose, ser
     used = {str(p) for p in (cfg.broker.ca_file, cfg.broker.password_file, cfg.kafka.ssl_ca_file,
                              cfg.kafka.sasl_password_file)}
     assert used <= mounted, used - mounted
+
+
+def test_compose_configs_serve_metrics_on_loopback_and_only_compose_opens_them(compose, monkeypatch):
+    """Run outside Docker (docs/deployment.md, "Without Docker"), no compose
+    config serves its metrics on every interface: each service's file keeps
+    the loopback default, and docker-compose.yml's environment opens 0.0.0.0
+    inside its network."""
+    from rase_common.broker_metrics import BrokerMetricsConfig
+
+    models = {**SERVICE_MODELS, "broker-metrics": BrokerMetricsConfig}
+    for service, model in sorted(models.items()):
+        svc = compose["services"][service]
+        path = ROOT / svc["command"][-1]
+        assert not re.search(r'(?m)^\s*metrics_host\s*=\s*"0\.0\.0\.0"', path.read_text()), path
+        for k in [k for k in os.environ if k.startswith("RASE_")]:
+            monkeypatch.delenv(k)
+        assert model.load(path).metrics_host == "127.0.0.1", service
+        prefix = {"broker-metrics": "RASE_BROKER_METRICS_"}.get(service, "RASE_FOG_" if service.startswith("fog")
+                                                                else "RASE_FUSION_")
+        assert svc["environment"][f"{prefix}METRICS_HOST"] == "0.0.0.0", service
 
 
 def test_two_fogs_own_disjoint_regions_that_the_fusion_center_expects(compose):

@@ -89,7 +89,7 @@ def test_a_control_message_outside_the_fogs_policy_changes_nothing(tmp_path):
 
     h = Harness(tmp_path, control_policy={"eps_max": 10.0})
     run(h, scenario)
-    assert h.fog.protocol.current.period_s == 8.0 and h.fog.protocol.current.eps_levels == (1.0,)
+    assert h.fog.ctx.gate.current.period_s == 8.0 and h.fog.ctx.gate.current.eps_levels == (1.0,)
     assert h.fog.metrics.value("reports_rejected", reason="control_refused") == 2
     assert h.fog.metrics.value("reports_accepted") == 10
 
@@ -104,7 +104,7 @@ def test_a_control_message_within_policy_is_followed(tmp_path):
 
     h = Harness(tmp_path)
     run(h, scenario)
-    assert h.fog.protocol.current.eps_levels == (0.5,)
+    assert h.fog.ctx.gate.current.eps_levels == (0.5,)
     assert h.windows()[0].batches[0].eps == 0.5
 
 
@@ -118,7 +118,7 @@ def test_a_sink_that_does_not_return_never_holds_up_acknowledgement(tmp_path):
             for i, d in enumerate(DEVICES):
                 await h.put(f"rase/v1/reports/r1/{d}", report(t, i))
         assert len(h.source.acked) == 30 and h.sink.sent == []
-        assert await h.until(lambda: h.fog.outbox_size == 3)
+        assert await h.until(lambda: h.fog.ctx.outbox.size == 3)
         h.sink.hold.set()
         assert await h.until(lambda: len(h.sink.sent) == 3)
         assert [w.t for w in h.windows()] == [5, 6, 7]

@@ -22,7 +22,7 @@ def fog(tmp_path) -> FogService:
     cfg = FogConfig.load(None, name="sub", regions={"r1": {"devices": ["a"]}, "r2": {"devices": ["b"]}},
                          journal_path=tmp_path / "fog.sqlite")
     service = FogService(cfg)
-    service.link = service.make_link()     # not started: its SUBACK handler is called directly
+    service.ctx.link = service.make_link()     # not started: its SUBACK handler is called directly
     return service
 
 
@@ -32,16 +32,16 @@ def refused(service) -> float:
 
 def test_every_filter_granted(tmp_path):
     s = fog(tmp_path)
-    assert [t for t, _q in s.link.subscriptions] == ["rase/v1/reports/r1/+", "rase/v1/reports/r2/+",
+    assert [t for t, _q in s.ctx.link.subscriptions] == ["rase/v1/reports/r1/+", "rase/v1/reports/r2/+",
                                               "rase/v1/control/precision"]
-    s.link._on_subscribe(None, None, 1, [GRANTED] * 3, None)
+    s.ctx.link._on_subscribe(None, None, 1, [GRANTED] * 3, None)
     assert s.subscribed and refused(s) == 0
 
 
 def test_a_refused_control_filter_is_reported_but_reports_still_count_as_subscribed(tmp_path, caplog):
     s = fog(tmp_path)
     with caplog.at_level(logging.ERROR):
-        s.link._on_subscribe(None, None, 1, [GRANTED, GRANTED, REFUSED], None)
+        s.ctx.link._on_subscribe(None, None, 1, [GRANTED, GRANTED, REFUSED], None)
     assert s.subscribed and refused(s) == 1
     assert "refused the subscription to rase/v1/control/precision" in caplog.text
 
@@ -49,8 +49,8 @@ def test_a_refused_control_filter_is_reported_but_reports_still_count_as_subscri
 def test_a_refused_report_filter_means_not_subscribed(tmp_path, caplog):
     s = fog(tmp_path)
     with caplog.at_level(logging.ERROR):
-        s.link._on_subscribe(None, None, 1, [GRANTED, REFUSED, GRANTED], None)
+        s.ctx.link._on_subscribe(None, None, 1, [GRANTED, REFUSED, GRANTED], None)
     assert not s.subscribed and refused(s) == 1
     assert "rase/v1/reports/r2/+" in caplog.text
-    s.link._on_subscribe(None, None, 2, [GRANTED] * 3, None)     # the ACL fixed, a reconnect subscribes again
+    s.ctx.link._on_subscribe(None, None, 2, [GRANTED] * 3, None)     # the ACL fixed, a reconnect subscribes again
     assert s.subscribed and refused(s) == 0

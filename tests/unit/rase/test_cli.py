@@ -22,12 +22,22 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return {}
 
 
+def _all_parsers(parser: argparse.ArgumentParser, name: str = "rase") -> list[tuple[str, argparse.ArgumentParser]]:
+    """The parser and every subcommand's, nested ones included (`rase fog release`)."""
+    out = [(name, parser)]
+    for sub_name, sub in sorted(_subparsers(parser).items()):
+        out += _all_parsers(sub, f"{name} {sub_name}")
+    return out
+
+
 def test_every_subcommand_has_a_description_and_every_option_a_help_text():
     parser = build_parser()
     subs = _subparsers(parser)
     assert len(subs) >= 13
+    every = _all_parsers(parser)
+    assert {"rase fog release", "rase fog quarantined"} <= {name for name, _ in every}
     missing = []
-    for name, sub in [("rase", parser)] + sorted(subs.items()):
+    for name, sub in every:
         if name != "rase" and not (sub.description and len(sub.description) > 40):
             missing.append(f"{name}: no description")
         for action in sub._actions:
@@ -39,12 +49,15 @@ def test_every_subcommand_has_a_description_and_every_option_a_help_text():
 
 
 def test_every_subcommand_help_renders(capsys):
-    for name in _subparsers(build_parser()):
+    for name, _ in _all_parsers(build_parser())[1:]:
+        words = name.split()[1:]
         with pytest.raises(SystemExit) as stop:
-            main([name, "--help"])
+            main([*words, "--help"])
         assert stop.value.code == 0
         out = capsys.readouterr().out
-        assert out.startswith("usage: rase " + name)
+        assert out.startswith("usage: " + name)
+        # argparse %-formats help strings but not descriptions: a "%%" there is printed as it stands.
+        assert "%%" not in out, f"{name} --help prints '%%'"
 
 
 def _store(tmp_path, period_s=8.0, epoch0=0.0):
@@ -72,6 +85,28 @@ def test_query_takes_iso_times_mapped_by_the_stored_schedule(tmp_path, capsys):
     assert main(["query", "--db", str(path), "--from", "2025-06-01T14:00:00+02:00", "--to", str(t0 + 2),
                  "--json"]) == 0
     assert [json.loads(line)["t"] for line in capsys.readouterr().out.splitlines()] == [t0, t0 + 1, t0 + 2]
+
+
+def test_query_json_on_an_empty_range_is_an_empty_result_that_says_why(tmp_path, capsys):
+    path, t0 = _store(tmp_path)
+    assert main(["query", "--db", str(path), "--from", str(t0 + 100), "--to", str(t0 + 200), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""                                  # JSON lines: no aggregate, no line
+    assert f"0 timestamps (t {t0 + 100} .. {t0 + 200})" in err
+    assert f"the store holds 25 aggregate(s) of scope 'all', the newest at t={t0 + 19}" in err
+    # A range with aggregates says how many on stderr too, and stdout stays pure JSON lines.
+    assert main(["query", "--db", str(path), "--from", str(t0), "--to", str(t0 + 1), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["t"] for line in out.splitlines()] == [t0, t0 + 1]
+    assert err.strip() == f"2 timestamps (t {t0} .. {t0 + 1})"
+
+
+def test_query_on_a_store_without_aggregates_says_so(tmp_path, capsys):
+    path = tmp_path / "fusion.sqlite"
+    AggregateStore(path).close()
+    assert main(["query", "--db", str(path), "--from", "1", "--to", "5", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "holds no aggregate of scope 'all' yet" in err
 
 
 def test_query_table_shows_each_timestamps_start_time(tmp_path, capsys):

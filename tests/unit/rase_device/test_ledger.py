@@ -158,3 +158,40 @@ def test_the_core_says_ledger_unwritable_and_resumes_when_the_write_works(tmp_pa
     assert core.sent == 0 and core.skipped_budget == 0 and not len(core.outbox)
     _allow_writes(path)
     assert core.step(5.0, 1008.0) is not None and core.status == "online" and core.sent == 1
+
+
+def test_sequence_numbers_are_reserved_with_the_budget_and_continue_after_a_reboot(tmp_path):
+    from rase_device.core import AgentCore
+    from rase_device.randomizer import Calibration
+
+    path = tmp_path / "l.json"
+
+    def core():
+        led = BudgetLedger(str(path), budget_eps=1000.0, period_s=86400, reserve_reports=4)
+        return AgentCore(device="d1", region="r1", eps=1.0, ledger=led, calibration=Calibration(), period_s=8)
+
+    first = core()
+    made = [json.loads(first.step(100.0, 8.0 * t + 1))["seq"] for t in range(6)]
+    assert made == [1, 2, 3, 4, 5, 6]
+    # Numbers are reserved in the budget's blocks of 4 and its writes: reports 1 and 5 wrote, up to 8.
+    assert first.ledger.writes == 2 and json.loads(path.read_text())["seq"] == 8
+    again = core()                                   # a reboot: 7 and 8 may have been used, never reused
+    assert json.loads(again.step(100.0, 8.0 * 10 + 1))["seq"] == 9
+    # A smaller eps on the same budget block still reserves numbers before using them.
+    led = again.ledger
+    assert led.try_spend(0.25, 100.0, 13) and led.seq_reserved == 16
+
+
+def test_an_older_ledger_without_numbers_starts_at_one_and_a_failed_write_reserves_none(tmp_path):
+    path = tmp_path / "l.json"
+    path.write_text(json.dumps({"v": 1, "period": 0, "spent_units": 65536}))
+    led = BudgetLedger(str(path), budget_eps=100.0, period_s=86400, reserve_reports=4)
+    assert led.seq_reserved == 0 and led.remaining(5.0) == pytest.approx(99.0)
+    _block_writes(path)
+    assert not led.try_spend(1.0, 5.0, 1) and led.seq_reserved == 0     # nothing on flash: nothing reserved
+    _allow_writes(path)
+    assert led.try_spend(1.0, 5.0, 1) and json.loads(path.read_text())["seq"] == 4
+    for bad in ('{"v": 1, "period": 0, "spent_units": 5, "seq": -1}', '{"v": 1, "period": 0, "spent_units": 5, '
+                                                                     '"seq": "x"}'):
+        path.write_text(bad)
+        assert BudgetLedger(str(path), budget_eps=100.0, period_s=86400).locked(5.0)

@@ -1,8 +1,12 @@
 """rase calibrate on the bundled REFIT houses: the private histogram's
 estimates against the recorded readings, and the config write."""
 
+from collections import Counter
+from dataclasses import replace
+
 import pytest
 
+from fusion_center.estimators import Estimate
 from rase_device.entropy import RandomBits
 from fusion_center.config import FusionConfig
 from simulators.calibrate import DEFAULT_EDGES, bucket_of, calibrate, write_x_max
@@ -99,3 +103,76 @@ def test_write_sets_the_clipping_bound_too(tmp_path):
     assert loaded.precision.x_max == 300 and loaded.clipping.bias_bound_w == 23.3
     write_x_max(cfg, 500, 12.0)
     assert FusionConfig.load(cfg).clipping.bias_bound_w == 12.0
+
+
+def test_the_simulated_oracle_reports_as_the_device_core_does():
+    """choice_spread's kRR and OUE counts (drawn per bucket) against the device
+    core's own randomizers on the same true buckets: the same mean debiased
+    shares, within 4 standard errors of the mean over the draws."""
+    import numpy as np
+
+    from rase_device.categorical import KaryRR, OptimizedUnaryEncoding
+    from fusion_center.ldp.frequencies import krr_counts, krr_frequencies, oue_counts, oue_frequencies
+    from simulators.calibrate import choice_spread
+
+    base = calibrate(bundled_dir(), [1, 2], eps=1.0, eps_calibration=4.0, periods=6,
+                     bits=RandomBits(read=XorShiftBytes(5)))
+    k = len(base.edges) - 1
+    shares = np.array([0.5, 0.2, 0.1, 0.05, 0.05, 0.04, 0.02, 0.01, 0.01, 0.01, 0.005, 0.003, 0.002])
+    true_buckets = np.repeat(np.arange(k), np.round(shares * 400).astype(int))
+    n = true_buckets.size
+    for oracle, mech, counts_of, freqs_of, hit, q in (
+            ("krr", KaryRR(k, 3 << 18, 1 << 20, bits=RandomBits(read=XorShiftBytes(6))), krr_counts,
+             lambda c: krr_frequencies(c, n, 0.75), 0.75, 0.25 / (k - 1)),
+            ("oue", OptimizedUnaryEncoding(k, 1 << 18, 1 << 20, bits=RandomBits(read=XorShiftBytes(7))), oue_counts,
+             lambda c: oue_frequencies(c, n, 0.25), 0.5, 0.25)):
+        device = np.array([[e.value for e in freqs_of(counts_of([mech.randomize(int(b)) for b in true_buckets], k))]
+                           for _ in range(60)])
+        r = replace(base, oracle=oracle, oracle_hit=hit, oracle_q=q, reports=n,
+                    freqs=[Estimate(float(v), 0.0, 1.0, n) for v in np.bincount(true_buckets, minlength=k) / n])
+        simulated = np.array(_simulated_shares(r, 600, np.random.default_rng(8)))
+        se = np.sqrt(device.var(axis=0) / 60 + simulated.var(axis=0) / 600)
+        assert np.all(np.abs(device.mean(axis=0) - simulated.mean(axis=0)) <= 4 * se + 1e-9), oracle
+        # and the spread of one share matches too (the choice moves with it)
+        assert 0.7 <= simulated[:, 0].std() / device[:, 0].std() <= 1.4, oracle
+    assert choice_spread(base, draws=20, rng=np.random.default_rng(9)).draws == 20
+
+
+def _simulated_shares(r, draws, rng):
+    """The debiased shares of choice_spread's simulated histograms (its own code path, one draw at a time)."""
+    import simulators.calibrate as cal
+
+    seen = []
+    real = cal.range_tradeoff
+
+    def spy(edges, freqs, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        seen.append(list(freqs))
+        return real(edges, freqs, *a, **kw)
+
+    cal.range_tradeoff = spy
+    try:
+        cal.choice_spread(r, draws=draws, rng=rng)
+    finally:
+        cal.range_tradeoff = real
+    return seen
+
+
+def test_the_choice_spread_is_how_far_repeated_calibrations_move():
+    """From the recorded readings' exact bucket shares, the simulated spread
+    of the choice agrees with 24 real calibrations (the device core's kRR,
+    seeded bytes): every x_max they chose is in it, and the shares differ by
+    less than 0.3 in total variation (24 runs leave about 0.1 of noise)."""
+    import numpy as np
+
+    from simulators.calibrate import choice_spread, format_spread
+
+    runs = [calibrate(bundled_dir(), [1, 2, 3, 5, 12], eps=1.0, eps_calibration=4.0, periods=12,
+                      bits=RandomBits(read=XorShiftBytes(100 + seed))) for seed in range(24)]
+    real = {x: c / len(runs) for x, c in Counter(r.chosen.x_max for r in runs).items()}
+    assert len(real) >= 2                                # the case the output must warn about: it does move
+    spread = choice_spread(runs[0], draws=400, rng=np.random.default_rng(11), shares=runs[0].exact_shares)
+    assert set(real) <= set(spread.shares), (real, spread.shares)
+    tv = sum(abs(real.get(x, 0) - spread.shares.get(x, 0)) for x in set(real) | set(spread.shares)) / 2
+    assert tv < 0.3, (real, spread.shares)
+    text = format_spread(choice_spread(runs[0], draws=50, rng=np.random.default_rng(12)), runs[0].chosen.x_max)
+    assert "the choice is itself noisy" in text and "no budget spent" in text and "%" in text

@@ -51,8 +51,8 @@ def test_the_replays_fog_journal_skips_the_fsync_the_deployed_fog_makes(tmp_path
     def fog(cls, sub: str):  # noqa: ANN001, ANN202
         return cls(fog_config(tmp_path / sub), clock=ManualClock(0.0), source=MemorySource(), sink=MemorySink())
 
-    assert synchronous_after_open(fog(FogService, "deployed"), lambda s: s.journal.db) == FULL
-    assert synchronous_after_open(fog(ReplayFog, "replay"), lambda s: s.journal.db) == OFF
+    assert synchronous_after_open(fog(FogService, "deployed"), lambda s: s.ctx.journal.db) == FULL
+    assert synchronous_after_open(fog(ReplayFog, "replay"), lambda s: s.ctx.journal.db) == OFF
 
 
 def test_the_replays_fusion_store_skips_the_fsync_the_deployed_fusion_center_makes(tmp_path):

@@ -42,7 +42,7 @@ def test_the_leader_inside_the_fog_service(tmp_path):
             core.step(50.0, clock.now())
             source.put(*core.outbox.pop())
         await settle()
-        assert fog.leader.journal.has_reports("r1", 10)
+        assert fog.roles.get("prio3").leader.journal.has_reports("r1", 10)
         clock.set(8.0 * 20 + 1)                                  # t = 20: four reports, one nonce repeated
         fog.wakeup.set()
         reports = []
@@ -52,7 +52,7 @@ def test_the_leader_inside_the_fog_service(tmp_path):
             source.put(*reports[-1])
         source.put(topics.report_topic("r1", DEVICES[4]), reports[0][1])     # another device, the same report
         await settle()
-        assert not fog.leader.journal.has_reports("r1", 10)     # suppressed at t = 20 > 10 + 1 + lateness
+        assert not fog.roles.get("prio3").leader.journal.has_reports("r1", 10)     # suppressed at t = 20 > 10 + 1 + lateness
         assert fog.metrics.value("windows_suppressed") == 1
         assert fog.metrics.value("reports_rejected", reason="nonce_repeated") == 1
         clock.set(8.0 * 22 + 1)
@@ -69,8 +69,8 @@ def test_the_leader_inside_the_fog_service(tmp_path):
         await settle(1.0)
         share = Prio3Share.model_validate_json(sink.sent[-1][1])
         assert share.accepted == 4 and share.agg_share and share.noise_draws == 0
-        assert fog.leader.journal.state("r1", 20) == "done" and fog.leader.journal.batch("r1", 20) == []
-        assert all(t >= 20 - 3 for _, t, _ in fog.leader.nonces.values())        # older ones pruned
+        assert fog.roles.get("prio3").leader.journal.state("r1", 20) == "done" and fog.roles.get("prio3").leader.journal.batch("r1", 20) == []
+        assert all(t >= 20 - 3 for _, t, _ in fog.roles.get("prio3").leader.nonces.values())        # older ones pruned
         stop.set()
         await task
 
@@ -88,7 +88,7 @@ def test_a_malformed_answer_is_refused_and_counted(tmp_path, bad):
         stop = asyncio.Event()
         task = asyncio.create_task(fog.run(stop))
         await settle()
-        fog._source.put(topics.prio3_verify_topic("r1"), bad)
+        fog.ctx.source.put(topics.prio3_verify_topic("r1"), bad)
         await settle()
         stop.set()
         await task
@@ -117,20 +117,21 @@ def test_a_control_message_with_other_prio3_params_or_schedule_changes_nothing_a
             other[key] = value
     if other.get("mechanism") != "prio3":
         other.pop("prio3", None)
-    own = fog.gate.current
+    own = fog.ctx.gate.current
+    leader = fog.roles.get("prio3").leader
 
     async def run() -> None:
         stop = asyncio.Event()
         task = asyncio.create_task(fog.run(stop))
         await settle()
-        fog._source.put(topics.CONTROL_TOPIC, json.dumps(other))
+        fog.ctx.source.put(topics.CONTROL_TOPIC, json.dumps(other))
         await settle()
-        assert fog.gate.current == own and fog.leader.metrics.params_mismatch._value.get() == 1
-        fog._source.put(topics.CONTROL_TOPIC, dep.control.model_dump_json(exclude_none=True))    # agrees again
+        assert fog.ctx.gate.current == own and leader.metrics.params_mismatch._value.get() == 1
+        fog.ctx.source.put(topics.CONTROL_TOPIC, dep.control.model_dump_json(exclude_none=True))    # agrees again
         await settle()
-        assert fog.leader.metrics.params_mismatch._value.get() == 0
+        assert leader.metrics.params_mismatch._value.get() == 0
         stop.set()
         await task
     asyncio.run(run())
     assert fog.metrics.value("reports_rejected", reason="control_params_mismatch") == 1
-    assert fog.leader.metrics.refused.labels("control_params_mismatch")._value.get() == 1
+    assert leader.metrics.refused.labels("control_params_mismatch")._value.get() == 1

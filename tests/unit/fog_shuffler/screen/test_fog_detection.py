@@ -127,9 +127,9 @@ def test_quarantine_release_and_nothing_per_device_leaves(tmp_path, caplog):
 
     async def second_run():
         async with Driver(cfg, clock) as drv2:      # a restart keeps the quarantine and the statistics
-            assert drv2.service.screen.detector.is_quarantined(ATTACKER)
+            assert drv2.service.roles.get("screen").device_screen.detector.is_quarantined(ATTACKER)
             assert drv2.metric("rase_fog_devices_quarantined") == 1
-            assert {d: drv2.service.screen.detector.states[d].reports for d in HONEST} == {d: n_attack + 5 for d in HONEST}
+            assert {d: drv2.service.roles.get("screen").device_screen.detector.states[d].reports for d in HONEST} == {d: n_attack + 5 for d in HONEST}
             t = n_attack + 8
             await drv2.period(t, drv2.top)
             assert drv2.metric("rase_fog_reports_rejected_total", reason="quarantined_device") == 1
@@ -143,7 +143,7 @@ def test_quarantine_release_and_nothing_per_device_leaves(tmp_path, caplog):
 
     drv2 = asyncio.run(second_run())
     assert quarantined_in(cfg.journal_path) == []
-    assert not drv2.service.screen.detector.is_quarantined(ATTACKER)
+    assert not drv2.service.roles.get("screen").device_screen.detector.is_quarantined(ATTACKER)
     assert any("released device" in r.getMessage() for r in caplog.records)
 
 
@@ -157,7 +157,7 @@ def test_detection_off(tmp_path):
             return drv
 
     drv = asyncio.run(run())
-    assert drv.service.screen is None
+    assert drv.service.roles.get("screen") is None
     assert drv.metric("rase_fog_devices_quarantined") == 0
     assert drv.metric("rase_fog_reports_rejected_total", reason="quarantined_device") == 0
 
@@ -189,7 +189,7 @@ def test_a_range_change_never_quarantines_reports_made_under_the_old_range(tmp_p
     drv = asyncio.run(run())
     assert drv.metric("rase_fog_reports_rejected_total", reason="impossible_y") == 0
     assert drv.metric("rase_fog_devices_quarantined") == 0
-    assert drv.service.protocol.current.x_max == 300.0
+    assert drv.service.ctx.gate.current.x_max == 300.0
 
 
 def test_a_crash_keeps_the_last_checkpoint_and_every_alarm(tmp_path):
@@ -212,19 +212,19 @@ def test_a_crash_keeps_the_last_checkpoint_and_every_alarm(tmp_path):
             for t in range(n_attack + 2):
                 await drv.period(t, drv.top)
                 if t == at_checkpoint - 1:
-                    drv.service.screen.checkpoint(drv.service.journal, due_only=True)   # not due: nothing
-                    assert drv.service.journal.detector_states() == []
-                    drv.service.screen.checkpoint(drv.service.journal)                  # as when due
-            assert drv.service.screen.detector.is_quarantined(ATTACKER)
+                    drv.service.roles.get("screen").device_screen.checkpoint(drv.service.ctx.journal, due_only=True)   # not due: nothing
+                    assert drv.service.ctx.journal.detector_states() == []
+                    drv.service.roles.get("screen").device_screen.checkpoint(drv.service.ctx.journal)                  # as when due
+            assert drv.service.roles.get("screen").device_screen.detector.is_quarantined(ATTACKER)
             for suffix in ("", "-wal"):
                 shutil.copy(f"{cfg.journal_path}{suffix}", crashed / f"fog.sqlite{suffix}")
         after_crash = FogConfig.load(None, **{**cfg.model_dump(), "journal_path": crashed / "fog.sqlite"})
         async with Driver(after_crash, clock) as drv2:
-            det = drv2.service.screen.detector
+            det = drv2.service.roles.get("screen").device_screen.detector
             assert det.quarantined.keys() == {ATTACKER}
             assert {d: det.states[d].reports for d in HONEST} == {d: at_checkpoint for d in HONEST}
         async with Driver(cfg, clock) as drv3:          # a clean stop checkpoints: nothing lost
-            det = drv3.service.screen.detector
+            det = drv3.service.roles.get("screen").device_screen.detector
             assert det.quarantined.keys() == {ATTACKER}
             assert {d: det.states[d].reports for d in HONEST} == {d: n_attack + 2 for d in HONEST}
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from fusion_center.announce.live_page import PAGE_DIR, VENDOR_FILES, PageConfig, make_server
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9001", "127.0.0.1:9001", "ws://", "mqtt://broker:1883"])
@@ -63,3 +63,21 @@ def test_cli_refuses_a_url_that_is_not_websockets():
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("rase dashboard: --mqtt-ws: must look like ws://host:port or wss://host:port, "
                                    "got 'http://127.0.0.1:9001'")
+
+
+def test_the_libraries_in_git_are_the_pinned_versions_the_docs_name():
+    """docs/observability.md says the page's two libraries are in git at the
+    versions `make dashboard` pins; the files in the checkout carry those versions."""
+    makefile = (ROOT / "Makefile").read_text()
+    doc = " ".join((ROOT / "docs/observability.md").read_text().split())
+    pins = {name: re.search(rf"^{var} := {pkg}@(\S+)$", makefile, re.M).group(1)
+            for name, var, pkg in (("mqtt.js", "MQTT_JS", "mqtt"), ("uPlot", "UPLOT_JS", "uplot"))}
+    for name, version in pins.items():
+        assert re.search(rf"\[{re.escape(name)}\]\([^)]*\) {re.escape(version)}", doc), (name, version)
+    assert "in git beside the page" in doc and "not in git" not in doc
+    assert pins["mqtt.js"] in (PAGE_DIR / "vendor" / "mqtt.min.js").read_text()
+    assert f"(v{pins['uPlot']})" in (PAGE_DIR / "vendor" / "uPlot.iife.min.js").read_text()[:200]
+    tracked = subprocess.run(["git", "ls-files", "fusion_center/dashboard/vendor"], cwd=ROOT, capture_output=True,
+                             text=True)
+    if tracked.returncode == 0 and tracked.stdout:      # a checkout (the image and an sdist have no .git)
+        assert set(VENDOR_FILES) <= {Path(p).name for p in tracked.stdout.split()}

@@ -1,0 +1,149 @@
+"""The fog's role in the secure mode: Prio3's leader (fog_shuffler.prio3.leader
+holds its state, its journal and its exchange with the helper; this module
+is how the fog hosts it). Named by the registry's prio3 entry
+(rase_common.mechanisms.prio3), configured by the fog's `[prio3]` table.
+
+It claims the Prio3 reports on the report topics (by their kind: a nonce
+among the first fields), the helper's answers and the published per-t
+aggregates (compared with the leader's own statements, issue 26); its
+reports live in the fog's windows like any others, and at close it gets the
+window's Prio3 part. It hears every control message's outcome: one refused
+for other prio3 params is an alarm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from fog_shuffler.context import FogContext
+from fog_shuffler.ingest import Accepted, IngestRules
+from fog_shuffler.prio3.leader import Prio3FogConfig, Prio3Leader
+from fog_shuffler.prio3.leader_rules import LEADER_REASONS, PRIO3
+from fog_shuffler.protocol import Protocol
+from fog_shuffler.reports import ReportRole
+from fog_shuffler.windows import ClosedWindow, Outcome
+from rase_common.protocol import topics
+
+# Rejections under the current parameters that the previous ones may still accept (just after a change).
+RETRY_UNDER_PREVIOUS = ("eps_not_on_menu", "impossible_y", "malformed_share")
+
+
+class LeaderRole(ReportRole):
+    name = "prio3"
+    config_key = "prio3"
+    Config = Prio3FogConfig
+    mechanisms = frozenset({PRIO3})
+    reasons = LEADER_REASONS
+
+    def __init__(self, ctx: FogContext):
+        cfg = ctx.cfg
+        self.ctx = ctx
+        self.table: Prio3FogConfig = ctx.role_table(self.config_key)
+        self.leader = Prio3Leader(self.table, name=cfg.name, regions=list(cfg.regions), k_min=cfg.k_min,
+                                  registry=ctx.metrics.registry, storage=ctx.storage, sink_name=cfg.sink)
+        self._replies: list[tuple[str, int, int, str]] = []
+        ctx.control_listeners.append(self.leader.control_checked)
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        table = getattr(cfg, cls.config_key or "", None)
+        if cfg.device_mechanism == PRIO3 and (table is None or table.params is None):
+            raise ValueError("device_mechanism = \"prio3\" needs a [prio3] table with its params "
+                             "(kind, dp_eps, key_id, ...) and verify_key_file")
+        if table is not None and table.params is None:
+            # Issue 26: a Prio3 leader's params are its own, never the control message's.
+            raise ValueError("[prio3] needs its own params ([prio3.params]: kind, dp_eps, key_id, ...)")
+        if cfg.device_mechanism == PRIO3 and cfg.eps_levels != [table.params.dp_eps]:
+            raise ValueError(f"device_mechanism = \"prio3\": eps_levels must be [prio3.params.dp_eps] = "
+                             f"[{table.params.dp_eps}], got {cfg.eps_levels}")
+
+    @classmethod
+    def own_params(cls, cfg: Any) -> dict:
+        """What the fog's own protocol parameters get from the role's table."""
+        table = getattr(cfg, cls.config_key or "", None)
+        return {"prio3": table.params if table is not None else None}
+
+    # -- start -------------------------------------------------------------------------------
+    def attach(self, db: Any) -> None:
+        self.leader.open(db)
+
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
+        ctx = self.ctx
+        await self.leader.connect(stack, ctx.cfg.sink, ctx.cfg.kafka, link=ctx.link, sink=ctx.sink,
+                                  replies_from_kafka=ctx.source is None)
+
+    def subscriptions(self) -> list[tuple[str, int]]:
+        # Over MQTT the helper answers on topics of its own; over Kafka its answers have their own topic.
+        # The per-t aggregates always come over MQTT (compared with the leader's statements).
+        return self.leader.subscriptions(replies_over_mqtt=self.ctx.cfg.sink == "mqtt")
+
+    def tasks(self) -> list:
+        return self.leader.tasks()
+
+    # -- ingest -------------------------------------------------------------------------------
+    def claims(self, topic: str, payload: bytes) -> bool:
+        return self.leader.is_reply(topic) or self.leader.is_aggregate(topic) or (
+            topic.startswith(topics.REPORTS_PREFIX) and self.leader.is_report(payload))
+
+    def take(self, msg: Any, now_t: int) -> Outcome | None:
+        if self.leader.is_reply(msg.topic):
+            row = self.leader.reply(msg.payload)      # None: a late repeat, nothing to journal
+            if row is not None:
+                self._replies.append(row)
+            return None
+        if self.leader.is_aggregate(msg.topic):
+            self.leader.check_aggregate(msg.payload)  # a discrepancy is counted and alarmed there
+            return None
+        ctx = self.ctx
+        rep = ctx.gate.validate_with(msg.topic, msg.payload, now_t, self._check, RETRY_UNDER_PREVIOUS)
+        ctx.screen.screen(rep)
+        outcome = ctx.windows.add(rep, now_t)
+        if outcome is Outcome.ACCEPTED:
+            self.leader.accepted(rep)
+            if ctx.windows.complete(rep.region, rep.t):
+                ctx.due.set()
+        return outcome
+
+    def _check(self, topic: str, payload: bytes, now_t: int, rules: IngestRules, p: Protocol) -> Accepted:
+        return self.leader.validate(topic, payload, now_t, rules, p.prio3)
+
+    def write(self, db: Any) -> None:
+        self.leader.write(self._replies)
+
+    def committed(self) -> None:
+        self.leader.committed(self._replies)
+        self._replies = []
+
+    def rolled_back(self) -> None:
+        self.leader.reset()
+        self._replies = []
+
+    # -- windows -------------------------------------------------------------------------------
+    def open_reports(self) -> list[tuple[str, int, str, float, float, str]]:
+        return self.leader.open_reports()
+
+    def holds(self, region: str, t: int) -> bool:
+        assert self.leader.journal is not None
+        return self.leader.journal.has_reports(region, t)
+
+    async def close(self, cw: ClosedWindow) -> int:
+        ctx = self.ctx
+        if await self.leader.close(cw, ctx.gate.candidates(cw.t), ctx.counters.rejected[cw.region],
+                                   dict(ctx.counters.rejected_by.get(cw.region, {}))):
+            ctx.counters.forwarded(cw.region)
+            return 1
+        ctx.metrics.suppressed.inc()
+        ctx.counters.suppressed[cw.region] += 1
+        return 0
+
+    def prune(self, t_min: int) -> None:
+        self.leader.prune(t_min)
+
+    def idle(self) -> bool:
+        j = self.leader.journal
+        return j is None or not (j.waiting() or j.unsent())
+
+    @property
+    def released(self) -> int:
+        return self.leader.finished
