@@ -122,23 +122,28 @@ class Prio3Reports:
     (every window's reports of devices part::parts), sealed to the helper's
     key, in the load generator's process (publish_all calls it)."""
 
-    def __init__(self, public_key: str, region: str, devices: int, windows: int, t0: int, part: int, parts: int):
-        self.args = (public_key, region, devices, windows, t0, part, parts)
+    def __init__(self, public_key: str, region: str, devices: int, windows: int, t0: int, part: int, parts: int,
+                 key_id: str = ""):
+        self.args = (public_key, region, devices, windows, t0, part, parts, key_id)
 
     def __call__(self) -> list[tuple[str, str]]:
         from rase_device.prio3 import prio3_sum
-        from rase_device.secagg import encode_report, report_ctx
+        from rase_device.secagg import encode_report, params_id, report_ctx
         from rase_common.vdaf.fast_client import FastPrio3, fast_make_report
 
-        pk, region, devices, windows, t0, part, parts = self.args
+        pk, region, devices, windows, t0, part, parts, key_id = self.args
         vdaf = FastPrio3(prio3_sum(PRIO3_MAX))
+        # The deployment's params, bound into every report's context (issue 26).
+        pid = params_id({"kind": "sum", "product": "per-t", "max_measurement": PRIO3_MAX, "dp_eps": 1.0,
+                         "key_id": key_id})
         out = []
         for k in range(windows):
-            ctx = report_ctx(region, "per-t", t0 + k)
+            ctx = report_ctx(region, t0 + k, pid)
             for i in range(part, devices, parts):
                 m = (i * 37 + k * 11) % (PRIO3_MAX + 1)
                 report = fast_make_report(vdaf, ctx, m, bytes.fromhex(pk))
-                out.append((wire.report_topic(region, _device(region, i)), encode_report(t0 + k, 1.0, k + 1, report)))
+                out.append((wire.report_topic(region, _device(region, i)),
+                            encode_report(t0 + k, 1.0, k + 1, report, pid)))
         return out
 
 
@@ -625,7 +630,7 @@ def secure_pipeline(port: int, broker_pid: int, publishers: int, devices: int, w
             cpu = CpuSampler({"fog (leader)": [fog.pid], "fusion (helper)": [fusion.pid], "broker": [broker_pid],
                               "subscriber (this script)": [os.getpid()]}, with_children=("fusion (helper)",))
             t0 = int(time.time() // PERIOD_S) - LATENESS // 2
-            parts = [Prio3Reports(keys["public_key"], "r1", devices, windows, t0, i, publishers)
+            parts = [Prio3Reports(keys["public_key"], "r1", devices, windows, t0, i, publishers, keys["key_id"])
                      for i in range(publishers)]
             sent = devices * windows
             pace = [(len(range(i, devices, publishers)), pace_s) for i in range(publishers)] if pace_s else None

@@ -64,6 +64,9 @@ class FogContext:
     forward_sink: Sink | None = None     # where windows go, once open
     protocol_listeners: list[Callable[[], None]] = field(default_factory=list)   # a control change happened
     unconfirmed: Any = None              # forwarded windows the fusion center has not confirmed (window_receipts)
+    # Every control message's outcome: None (followed or unchanged) or the ProtocolError that refused it
+    # (issue 26: the Prio3 leader alarms on a refusal for other prio3 params).
+    control_listeners: list[Callable[[Any], None]] = field(default_factory=list)
 
     def role_table(self, key: str) -> Any:
         """The fog config's table of a role ([prio3] for the secure mode's leader), or None."""

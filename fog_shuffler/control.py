@@ -15,6 +15,7 @@ from typing import Any
 
 from fog_shuffler.context import FogContext
 from fog_shuffler.protocol import PROTOCOL_FIELDS
+from rase_common.errors import ProtocolError
 from rase_common.protocol import topics
 from rase_common.role import Role
 
@@ -23,7 +24,7 @@ log = logging.getLogger("fog_shuffler.service")
 
 class ControlFollower(Role):
     name = "control"
-    reasons = ("control_invalid", "control_refused")
+    reasons = ("control_invalid", "control_refused", "control_params_mismatch")
 
     def __init__(self, ctx: FogContext):
         self.ctx = ctx
@@ -34,7 +35,14 @@ class ControlFollower(Role):
     def take(self, msg: Any, now_t: int) -> None:
         """Follow it from the fog's t now; ProtocolError (control_invalid / control_refused) keeps the parameters."""
         ctx = self.ctx
-        changed = ctx.gate.follow(msg.payload, ctx.now_t())
+        try:
+            changed = ctx.gate.follow(msg.payload, ctx.now_t())
+        except ProtocolError as err:
+            for heard in ctx.control_listeners:
+                heard(err)
+            raise
+        for heard in ctx.control_listeners:
+            heard(None)
         if not changed:
             return
         for listener in ctx.protocol_listeners:

@@ -81,6 +81,10 @@ class Protocol:
 
 
 PROTOCOL_FIELDS = tuple(f.name for f in fields(Protocol))
+# Secure aggregation (issue 26): what a Prio3 leader takes from its own config only. A control
+# message that says otherwise is refused whole (control_params_mismatch) and the fog keeps its own:
+# the fusion center publishes it, and in this mode the fog trusts only itself.
+LEADER_OWN_FIELDS = ("mechanism", "period_s", "epoch0", "since_t", "previous_period_s", "previous_epoch0", "prio3")
 
 
 class ProtocolFollower:
@@ -156,7 +160,15 @@ class ProtocolGate:
             check_stated(parsed, self.current)
         except ValueError as err:
             raise ProtocolError("control_refused", f"{err}; keeping the current parameters") from None
-        changed = self.follower.apply(Protocol.from_control(parsed, self.current), now_t)
+        new = Protocol.from_control(parsed, self.current)
+        own = self.follower.own
+        if own.mechanism == wire.PRIO3:
+            differ = {k: v for k, v in own.differences(new).items() if k in LEADER_OWN_FIELDS}
+            if differ:
+                raise ProtocolError("control_params_mismatch", "the control message's " + "; ".join(
+                    f"{k} {b!r}" for k, (_, b) in differ.items())[:300] + " differ from this leader's own config "
+                    "(kept: a Prio3 leader's params are its own)")
+        changed = self.follower.apply(new, now_t)
         if changed:
             self.rules = rules_for(self.rules, self.current)
         return changed

@@ -235,7 +235,7 @@ class FogRoles:
                     if where is not None:
                         self.reports_taken += 1
                         if where[0] in ctx.cfg.regions:
-                            ctx.counters.rejected[where[0]] += 1
+                            ctx.counters.reject(where[0], reason)     # by reason too: a Prio3 statement's
                 elif outcome is not None:
                     taken[outcome] += 1
                     if outcome is Outcome.LATE:

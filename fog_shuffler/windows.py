@@ -180,6 +180,11 @@ class RegionCounters:
         self.rejected: Counter[str] = Counter()
         self.late: Counter[str] = Counter()
         self.suppressed: Counter[str] = Counter()
+        self.rejected_by: dict[str, Counter[str]] = {}     # region -> reason -> count (a Prio3 statement's)
+
+    def reject(self, region: str, reason: str) -> None:
+        self.rejected[region] += 1
+        self.rejected_by.setdefault(region, Counter())[reason] += 1
 
     def window_counts(self, cw: "ClosedWindow") -> WindowCounts:
         r = cw.region
@@ -189,3 +194,4 @@ class RegionCounters:
     def forwarded(self, region: str) -> None:
         """The counts went out with a window of this region: start again."""
         self.rejected[region] = self.late[region] = self.suppressed[region] = 0
+        self.rejected_by.pop(region, None)

@@ -5,11 +5,13 @@ every fog exactly its own regions.
 Users, one per identity (the shipped mosquitto.conf sets
 `use_username_as_clientid`, so a user name is also the client's session):
 - `fog-<name>` for each fog config: reads its regions' reports and the
-  control message, writes only its regions' window topics;
+  control message, writes only its regions' window topics; as Prio3's leader
+  it also writes its regions' statements (rase/v1/prio3/statements/{region},
+  which no one else may write) and reads the per-t aggregates;
 - `fusion-<name>` for the fusion center: reads the windows of every region,
   writes control and aggregates, and cannot read reports or status;
 - each subscriber: reads aggregates, the fusion center's status (online /
-  offline) and its Home Assistant discovery config;
+  offline), its Home Assistant discovery config and the fogs' Prio3 statements;
 - each device: writes its own report topic (in its own region) and its own
   status topic, reads the control message and its own feedback topic (where
   its region's fog says why it rejects its reports, if it does).
@@ -28,8 +30,9 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from fusion_center.announce.home_assistant import DISCOVERY_PREFIX, discovery_topic
-from rase_common.protocol.topics import CONTROL_TOPIC as CONTROL, PRIO3_VERIFY_PREFIX, fusion_status_topic, \
-    window_receipts_topic
+from rase_common.protocol.topics import (AGGREGATES_T_FILTER, CONTROL_TOPIC as CONTROL, PRIO3_STATEMENTS_FILTER,
+                                         PRIO3_STATEMENTS_PREFIX, PRIO3_VERIFY_PREFIX, fusion_status_topic,
+                                         window_receipts_topic)
 
 HEALTH = "health"     # the broker's healthcheck: reads its $SYS status only
 BROKER_METRICS = "broker-metrics"   # rase broker-metrics: reads $SYS
@@ -81,8 +84,12 @@ def build_acl(fogs: Iterable[FogUsers], *, fusion: str = "fusion-fusion1",
         lines += [f"topic read rase/v1/reports/{r}/+" for r in sorted(fog.regions)]
         lines += [f"topic read {CONTROL}"]
         lines += [f"topic write rase/v1/windows/{r}" for r in sorted(fog.regions)]
-        # Secure aggregation: the helper (fusion) answers the leader (fog) on rase/v1/prio3/verify/{region}.
+        # Secure aggregation: the helper (fusion) answers the leader (fog) on rase/v1/prio3/verify/{region};
+        # the leader states its own account of each window where only it may write (issue 26), and reads
+        # the published per-t aggregates to compare them with it.
         lines += [f"topic read {PRIO3_VERIFY_PREFIX}{r}" for r in sorted(fog.regions)]
+        lines += [f"topic write {PRIO3_STATEMENTS_PREFIX}{r}" for r in sorted(fog.regions)]
+        lines += [f"topic read {AGGREGATES_T_FILTER}"]
         # Why the fog rejects a device's reports, on that device's own topic (fog_shuffler.feedback).
         lines += [f"topic write rase/v1/feedback/{r}/+" for r in sorted(fog.regions)]
         # Which of its windows the fusion center stored (fog_shuffler.window_receipts).
@@ -94,7 +101,7 @@ def build_acl(fogs: Iterable[FogUsers], *, fusion: str = "fusion-fusion1",
     lines += [f"topic readwrite {status}", f"topic readwrite {discovery}", ""]
     for s in subscribers:
         lines += [f"user {s}", "topic read rase/v1/aggregates/#", f"topic read {CONTROL}", f"topic read {status}",
-                  f"topic read {discovery}", ""]
+                  f"topic read {discovery}", f"topic read {PRIO3_STATEMENTS_FILTER}", ""]
     device_region = {d: r for fog in fogs for r, devs in fog.regions.items() for d in devs}
     for d in sorted(device_region):
         lines += [f"user {d}", f"topic write rase/v1/reports/{device_region[d]}/{d}", f"topic write rase/v1/status/{d}",

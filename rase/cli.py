@@ -581,6 +581,8 @@ def cmd_secagg_keys(args: argparse.Namespace) -> int:
         return 1
     print(f"verify key (both aggregators, never the devices): {keys['verify_key_file']}")
     print(f"helper private key (the fusion center only):       {keys['private_key_file']}")
+    print(f"key id and public key (public: every party's config): {Path(args.out) / 'helper.id'}, "
+          f"{keys['public_key_file']}")
     print("pin in every device's config ([policy]) when it is flashed:")
     print(f'  prio3_key_id = "{keys["key_id"]}"')
     print(f'  prio3_public_key = "{keys["public_key"]}"')

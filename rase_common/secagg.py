@@ -153,24 +153,51 @@ async def compute(fn, *args, in_thread: bool, **kw):  # noqa: ANN001, ANN201
 
 def write_keys(out_dir: Path) -> dict[str, str]:
     """A new deployment's keys in out_dir: verify.key (both aggregators),
-    helper.key (the fusion center only), helper.pub; returns the paths, the
-    public key and its key id (what every device pins). Existing files are
-    never overwritten."""
+    helper.key (the fusion center only), helper.pub and helper.id (its key
+    id: public, in every party's config); returns the paths, the public key
+    and its key id (what every device pins). Existing files are never
+    overwritten."""
     from rase_common.vdaf import generate_keypair
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = {name: out / name for name in ("verify.key", "helper.key", "helper.pub")}
+    files = {name: out / name for name in ("verify.key", "helper.key", "helper.pub", "helper.id")}
     for path in files.values():
         if path.exists():
             raise FileExistsError(f"{path} exists: keys are never overwritten (devices pinned the old one)")
     private, public = generate_keypair()
-    for name, data in (("verify.key", new_verify_key()), ("helper.key", private), ("helper.pub", public)):
-        fd = os.open(files[name], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if name != "helper.pub" else 0o644)
+    for name, text in (("verify.key", new_verify_key().hex()), ("helper.key", private.hex()),
+                       ("helper.pub", public.hex()), ("helper.id", key_id_of(public))):
+        fd = os.open(files[name], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if name.endswith(".key") else 0o644)
         with os.fdopen(fd, "w") as f:
-            f.write(data.hex() + "\n")
+            f.write(text + "\n")
     return {"verify_key_file": str(files["verify.key"]), "private_key_file": str(files["helper.key"]),
             "public_key_file": str(files["helper.pub"]), "public_key": public.hex(), "key_id": key_id_of(public)}
+
+
+class Alarm:
+    """A refusal or a discrepancy, logged at WARNING once per episode and
+    reason (the metric counts every one): the first of a reason starts an
+    episode, cleared() (a window went through cleanly) ends them all with one
+    INFO line saying how many there were."""
+
+    def __init__(self, name: str, log):  # noqa: ANN001 - a logging.Logger
+        self.name = name
+        self.log = log
+        self.active: dict[str, int] = {}
+
+    def raised(self, reason: str, detail: str) -> None:
+        if reason not in self.active:
+            self.log.warning("%s: %s (%s); further ones are counted in the metrics until a window goes through "
+                             "cleanly", self.name, reason, detail)
+            self.active[reason] = 0
+        self.active[reason] += 1
+
+    def cleared(self) -> None:
+        if self.active:
+            self.log.info("%s: a window went through cleanly after %s", self.name,
+                          ", ".join(f"{k} x {v}" for k, v in sorted(self.active.items())))
+            self.active = {}
 
 
 async def work_loop(name: str, step, wakeup, storage, idle_s: float) -> None:  # noqa: ANN001

@@ -45,11 +45,52 @@ def product_period_s(product, period_s):
     raise ValueError("prio3 product must be one of per-t, hourly, daily, got %r" % (product,))
 
 
-def report_ctx(region, product, t):
-    """Prio3's application context: binds a report to its deployment, region,
-    product and timestamp, so that a report replayed into another window (or a
-    sealed share moved to another report) fails verification."""
-    return ("rase/v1/prio3/%s/%s/%d" % (region, product, t)).encode()
+# Domain byte and label of the params digest (TurboSHAKE128): nothing else in RASE hashes with them.
+PARAMS_DOMAIN = 0x52
+PARAMS_LABEL = b"rase/v1/prio3 params\n"
+
+
+def eps_text(eps):
+    """dp_eps in the params text: 6 significant digits, the same on CPython and
+    MicroPython ("1", "0.5", "0.416667")."""
+    return "%.6g" % eps
+
+
+def params_text(params):
+    """The canonical text of a prio3 params dict (rase_device.wire.parse_prio3):
+    everything that decides what a report means and what its release costs.
+    docs/api.md ("The report context") gives the grammar; e.g.
+    vdaf=2;max_measurement=4000|product=per-t|helper_key_id=fc-1|noise=discrete_laplace;dp_eps=1"""
+    from rase_device.prio3 import ID_COUNT, ID_HISTOGRAM, ID_SUM
+    kind = params["kind"]
+    if kind == "sum":
+        vdaf = "vdaf=%d;max_measurement=%d" % (ID_SUM, params["max_measurement"])
+    elif kind == "count":
+        vdaf = "vdaf=%d" % ID_COUNT
+    elif kind == "histogram":
+        vdaf = "vdaf=%d;length=%d;chunk_length=%d" % (ID_HISTOGRAM, params["buckets"], params["chunk_length"])
+    else:
+        raise ValueError("prio3 kind must be sum, count or histogram, got %r" % (kind,))
+    return "%s|product=%s|helper_key_id=%s|noise=discrete_laplace;dp_eps=%s" % (
+        vdaf, params["product"], params["key_id"], eps_text(params["dp_eps"]))
+
+
+def params_id(params):
+    """32 hex digits: TurboSHAKE128(PARAMS_LABEL || params_text, D=0x52), 16
+    bytes. In every report's context and in its "p" field."""
+    from rase_device.turboshake import TurboShake128
+    digest = TurboShake128(PARAMS_DOMAIN).update(PARAMS_LABEL + params_text(params).encode()).read(16)
+    return "".join("%02x" % b for b in digest)
+
+
+def report_ctx(region, t, pid):
+    """Prio3's application context: binds a report to its region, its
+    timestamp and the deployment's params (pid = params_id(params): the VDAF
+    and its parameters, the product, the helper key id and the noise), so a
+    report replayed into another window, made under other params, or a sealed
+    share moved to another report, fails verification (its helper share does
+    not open; the VDAF's own checks use the context too)."""
+    return ("rase/v1/prio3/%s/%d/%s" % (region, t, pid)).encode()
 
 
 def isqrt(n):
@@ -75,11 +116,13 @@ def make_vdaf(params):
     return prio3.prio3_histogram(params["buckets"], params["chunk_length"])
 
 
-def encode_report(t, eps, seq, report):
-    """A Prio3 report's JSON on the device's usual report topic."""
+def encode_report(t, eps, seq, report, pid):
+    """A Prio3 report's JSON on the device's usual report topic; "p" is the
+    params id its context was made with (the fog refuses another one at once)."""
     nonce, public, leader, sealed = report
-    return json.dumps({"v": 1, "t": t, "eps": eps, "seq": seq, "nonce": b64encode(nonce), "pub": b64encode(public),
-                       "leader": b64encode(leader), "sealed": b64encode(sealed)}, separators=(",", ":"))
+    return json.dumps({"v": 1, "t": t, "eps": eps, "seq": seq, "p": pid, "nonce": b64encode(nonce),
+                       "pub": b64encode(public), "leader": b64encode(leader), "sealed": b64encode(sealed)},
+                      separators=(",", ":"))
 
 
 class Prio3Client:
@@ -99,6 +142,7 @@ class Prio3Client:
         self.read = read if read is not None else system_read()
         self.bits = RandomBits(self.read)
         self.vdaf = make_vdaf(params)
+        self.params_id = params_id(params)     # every report's context binds it
         self.helper_public_key = bytes(helper_public_key)
         self.region = region
         self._measure = self._measurer(calibration, on_above, bands)
@@ -150,6 +194,6 @@ class Prio3Client:
 
     def report(self, t, measurement, eps, seq):
         """The JSON payload of one report of product timestamp t."""
-        ctx = report_ctx(self.region, self.product, t)
+        ctx = report_ctx(self.region, t, self.params_id)
         return encode_report(t, eps, seq, self.make_report(self.vdaf, ctx, measurement, self.helper_public_key,
-                                                           self.read))
+                                                           self.read), self.params_id)

@@ -21,6 +21,17 @@ Per window (region, t) of Prio3 reports:
 Every step's output is journaled before it is sent, and a restart resends the
 same bytes; verify_init is deterministic, so the leader recomputes it.
 
+Each party trusts only itself (issue 26): the leader's params are its own
+config's `[prio3.params]` (a control message with other ones is refused by
+fog_shuffler.protocol.ProtocolGate, counted and alarmed), k_min is its own;
+the helper's answer is checked against what the leader verified itself
+(leader_rules.check_helper), an answer for a batch the leader never sent is
+refused, and a published aggregate is compared with the leader's own
+statement of the window (leader_rules.compare_published). Every finished
+window's statement goes out on rase/v1/prio3/statements/{region}, which only
+the fog may write: subscribers get the leader's account by a path the helper
+cannot forge.
+
 The rules are pure functions (fog_shuffler.prio3.leader_rules: validate_report,
 close_batch, finish_window); Prio3Leader holds the journal tables, the
 outbox task and the reply intake.
@@ -35,25 +46,26 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter as PromCounter
+from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rase_device.secagg import report_ctx
 from fog_shuffler.ingest import IngestRules, Rejected
 from fog_shuffler.prio3.leader_journal import SHARE_SEQ, LeaderJournal
-from fog_shuffler.prio3.leader_rules import (PRIO3, Prio3Accepted, close_batch, dropped_share, finish_window,
-                                       helper_columns, split_prio3, validate_report)
+from fog_shuffler.prio3.leader_rules import (PRIO3, Prio3Accepted, close_batch, compare_published, dropped_share,
+                                             finish_window, helper_columns, split_prio3, statement_of,
+                                             validate_report)
 from fog_shuffler.shuffle.randomness import window_rng
 from fog_shuffler.windows import ClosedWindow
-from rase_common.errors import Outage
+from rase_common.errors import Outage, ProtocolError
 from rase_common.failpoints import crash_point
 from rase_common.kafka import KafkaConfig, KafkaSink, KafkaSource
 from rase_common.loop import Wakeup
 from rase_common.mqtt import MqttSink
 from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
-from rase_common.protocol.prio3 import Prio3Params, Prio3Verify
-from rase_common.secagg import compute, read_key, work_loop
+from rase_common.protocol.aggregate import Aggregate
+from rase_common.protocol.prio3 import Prio3Params, Prio3Statement, Prio3Verify
+from rase_common.secagg import Alarm, compute, read_key, work_loop
 from rase_common.vdaf import Prio3Aggregator
 
 log = logging.getLogger(__name__)
@@ -65,7 +77,8 @@ class Prio3FogConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     # 64 hex digits shared with the fusion center only (Prio3's verify_key).
     verify_key_file: Path
-    # The deployment's params until the control message says otherwise (it owns them).
+    # The leader's own params (issue 26: never the control message's or the helper's). A control
+    # message with other prio3 params is refused; the helper refuses a batch under other params.
     params: Prio3Params | None = None
     verify_timeout_s: float = Field(30.0, gt=0)     # no answer from the helper: send the batch again
     verify_deadline_s: float = Field(600.0, gt=0)   # then drop the window (reason verification_timeout)
@@ -83,6 +96,14 @@ class LeaderMetrics:
                                     "rejected, by reason", ["reason"], registry=r)
         self.resent = PromCounter("rase_fog_prio3_batches_resent", "Batches sent again: the helper had not "
                                   "answered within verify_timeout_s", registry=r)
+        self.refused = PromCounter("rase_fog_prio3_refused", "Secure-aggregation messages the leader refused or "
+                                   "that refused it, by reason (control_params_mismatch, reply_unsolicited, "
+                                   "reply_mismatch, helper_refused_<reason>)", ["reason"], registry=r)
+        self.discrepancies = PromCounter("rase_fog_prio3_helper_discrepancies", "Where the helper's answer or "
+                                         "a published aggregate contradicts the leader's own checks, by kind",
+                                         ["kind"], registry=r)
+        self.params_mismatch = Gauge("rase_fog_prio3_params_mismatch", "1 while the control message's prio3 "
+                                     "params differ from the fog's own (the fog keeps its own)", registry=r)
 
 
 @dataclass
@@ -105,6 +126,7 @@ class Prio3Leader:
         self.storage = storage
         self.forwarding = Outage(f"fog prio3 exchange via {sink_name}", log)
         self.outbox_wakeup = Wakeup()
+        self.statement_wakeup = Wakeup()   # its own: one Wakeup wakes one waiting sender
         self.work_wakeup = Wakeup()
         self.verify_key = b""
         self.journal: LeaderJournal | None = None
@@ -114,9 +136,20 @@ class Prio3Leader:
         self.sink = None
         self.reply_source = None          # Kafka: the helper's answers (MQTT: they come with the reports)
         self.sender: OutboxSender | None = None
+        self.statement_sink = None        # the fog's own statements (MQTT; None: not published, e.g. in memory)
+        self.statement_sender: OutboxSender | None = None
         self.finished = 0                 # windows whose noisy share was queued (each makes one aggregate)
+        self.checked = 0                  # published secure aggregates compared with the statements
+        self.alarm = Alarm("fog prio3", log)       # refusals and discrepancies: WARNING once per episode
 
     # -- start -----------------------------------------------------------------------------
+    @property
+    def params(self) -> Prio3Params:
+        """The leader's own params (FogConfig requires them with a [prio3] table)."""
+        if self.cfg.params is None:
+            raise ValueError("fog [prio3] needs its own params ([prio3.params])")
+        return self.cfg.params
+
     def open(self, db) -> None:  # noqa: ANN001 - the fog journal's connection
         self.verify_key = read_key(self.cfg.verify_key_file, "fog [prio3] verify_key_file")
         self.journal = LeaderJournal(db)
@@ -125,11 +158,12 @@ class Prio3Leader:
             log.warning("fog [prio3] unsafe_no_noise_for_tests: the leader adds NO noise (tests only)")
 
     async def connect(self, stack: contextlib.AsyncExitStack, transport: str, kafka: KafkaConfig, *, link,
-                      sink=None, replies_from_kafka: bool = True) -> None:  # noqa: ANN001
+                      sink=None, replies_from_kafka: bool = True, statement_sink=None) -> None:  # noqa: ANN001
         """The exchange's transport: the leader's messages go where the fog's
         windows go (a sink of its own: MQTT on the fog's link, or a Kafka
         producer), the helper's answers come back the same way (MQTT: with the
-        reports; Kafka: a consumer of their topic). `sink`: a test's own."""
+        reports; Kafka: a consumer of their topic). `sink`: a test's own. The
+        leader's statements go on its own MQTT topic (`statement_sink`: a test's own)."""
         if sink is None and transport == "kafka":
             sink = KafkaSink(kafka)
             stack.push_async_callback(sink.stop)
@@ -144,16 +178,28 @@ class Prio3Leader:
                                    send=lambda row: self.sink.send(row[0], row[3]),
                                    mark_sent=self._sent, outage=self.forwarding, storage=self.storage,
                                    wakeup=self.outbox_wakeup)
+        self.statement_sink = statement_sink or (MqttSink(link, topics.prio3_statement_topic) if link else None)
+        if self.statement_sink is not None:
+            self.statement_sender = OutboxSender(
+                "fog prio3 statements", unsent=self.journal.unsent_statements,
+                send=lambda row: self.statement_sink.send(row[0], row[3]),
+                mark_sent=lambda row: self.journal.mark_sent(row[0], row[1], row[2]),
+                outage=Outage("fog prio3 statements", log), storage=self.storage, wakeup=self.statement_wakeup)
 
     def _sent(self, row: tuple[str, int, int, str]) -> None:
         self.journal.mark_sent(row[0], row[1], row[2])
         crash_point("leader_after_forward" if row[2] < SHARE_SEQ else "leader_after_share")
 
-    def subscriptions(self) -> list[tuple[str, int]]:
-        return [(topics.prio3_verify_topic(r), 1) for r in sorted(self.regions)]
+    def subscriptions(self, replies_over_mqtt: bool = True) -> list[tuple[str, int]]:
+        """The helper's answers (when they come over MQTT) and the published
+        aggregates (compared with the leader's statements, whatever the transport)."""
+        replies = [(topics.prio3_verify_topic(r), 1) for r in sorted(self.regions)] if replies_over_mqtt else []
+        return replies + [(topics.AGGREGATES_T_FILTER, 1)]
 
     def tasks(self) -> list:
         out = [self.sender.run(), self._work()]
+        if self.statement_sender is not None:
+            out.append(self.statement_sender.run())
         if self.reply_source is not None:
             out.append(self._reply_intake())
         return out
@@ -179,15 +225,67 @@ class Prio3Leader:
     def is_reply(self, topic: str) -> bool:
         return topic.startswith(topics.PRIO3_VERIFY_PREFIX)
 
-    def reply(self, payload: bytes) -> tuple[str, int, int, str]:
-        """A helper answer (part) as a journal row, or Rejected."""
+    def reply(self, payload: bytes) -> tuple[str, int, int, str] | None:
+        """A helper answer (part) as a journal row, or Rejected. An answer for a
+        window the leader never sent a batch for is refused and alarmed
+        (reply_unsolicited); one for a window already finished is a late
+        repeat (the helper answering a resend after a restart): None, ignored."""
         try:
             r = Prio3Verify.model_validate_json(payload)
         except ValidationError as err:
             raise Rejected("prio3_reply_invalid", str(err).replace("\n", " ")[:200]) from None
         if r.region not in self.regions:
             raise Rejected("prio3_reply_invalid", f"region {r.region} is not this fog's")
+        state = self.journal.state(r.region, r.t)
+        if state is None:
+            self._refused("reply_unsolicited", f"an answer for ({r.region}, {r.t}), which this leader never sent")
+            self.metrics.discrepancies.labels("reply_unsolicited").inc()
+            raise Rejected("prio3_reply_unsolicited", f"no batch of ({r.region}, {r.t}) was sent")
+        if state != "forwarded":
+            return None
         return (r.region, r.t, r.first, payload.decode())
+
+    def control_checked(self, refused: ProtocolError | None) -> None:
+        """The fog followed (None) or refused a control message. One refused
+        for other prio3 params (fog_shuffler.protocol.LEADER_OWN_FIELDS) is an
+        alarm until a control message that agrees with the leader's own comes."""
+        if refused is None:
+            self.metrics.params_mismatch.set(0)
+        elif refused.reason == "control_params_mismatch":
+            self.metrics.params_mismatch.set(1)
+            self._refused("control_params_mismatch", refused.detail)
+
+    def _refused(self, reason: str, detail: str) -> None:
+        self.metrics.refused.labels(reason).inc()
+        self.alarm.raised(reason, detail)
+
+    # -- the published aggregates, against the leader's own statements ----------------------------
+    @staticmethod
+    def is_aggregate(topic: str) -> bool:
+        return topic.startswith(topics.AGGREGATES_PREFIX + "t/")
+
+    def check_aggregate(self, payload: bytes) -> dict[str, int]:
+        """Compare a published secure aggregate with the leader's statements of
+        its regions; each discrepancy is counted and alarmed. Returns them."""
+        try:
+            agg = Aggregate.model_validate_json(payload)
+        except ValidationError:
+            return {}                  # not ours to judge: the fusion center's own schema
+        if agg.prio3 is None:
+            return {}
+        self.checked += 1
+        found: dict[str, int] = {}
+        for region in sorted(self.regions & set(agg.prio3.regions)):
+            text = self.journal.statement(region, agg.t)
+            stated = Prio3Statement.model_validate_json(text) if text else None
+            if stated is None and not self.journal.knows(region, agg.t):
+                continue               # before this journal's horizon: nothing to compare with
+            for kind, k in compare_published(stated, region, agg.prio3).items():
+                found[kind] = found.get(kind, 0) + k
+                self.metrics.discrepancies.labels(kind).inc(k)
+                self.alarm.raised(kind, f"the aggregate of t={agg.t} contradicts the leader's statement of "
+                                        f"({region}, {agg.t}): {kind}")
+        return found
 
     def commit(self, replies: list[tuple[str, int, int, str]]) -> None:
         """Journal the batch's accepted reports and answers in a transaction of their own."""
@@ -221,12 +319,14 @@ class Prio3Leader:
         """A window with Prio3 reports, kept or not (a suppressed one's rows are the leader's to forget)."""
         return PRIO3 in (cw.mechanisms or ()) or self.journal.has_reports(cw.region, cw.t)
 
-    async def close(self, cw: ClosedWindow, protocols: list, ingest_rejected: int) -> bool:
-        """Close a window of Prio3 reports under the newest of `protocols` (the
-        fog's parameters for its t) that has prio3 params; True if its batch
-        was queued, False if suppressed."""
-        params = next((p.prio3 for p in protocols if p.prio3 is not None), None)
-        if cw.suppressed or len(cw.devices) < self.k_min or params is None:
+    async def close(self, cw: ClosedWindow, protocols: list, ingest_rejected: int,
+                    ingest_reasons: dict[str, int] | None = None) -> bool:
+        """Close a window of Prio3 reports under the leader's own params (never
+        `protocols`' : issue 26; the argument stays for the closer's call);
+        True if its batch was queued, False if suppressed. ingest_reasons: the
+        region's reports refused at ingest since its previous window, by reason."""
+        params = self.params
+        if cw.suppressed or len(cw.devices) < self.k_min:
             self.journal.close(cw.region, cw.t, None, "", [], time.time())
             return False
         reports = self.journal.reports_of(cw.region, cw.t, cw.devices)
@@ -234,7 +334,9 @@ class Prio3Leader:
         closed = await compute(close_batch, params, self.verify_key, cw.region, cw.t, reports, window_rng(),
                                ingest_rejected, in_thread=len(reports) > LARGE)
         batch = [reports[i] for i in closed.order]
-        self.journal.close(cw.region, cw.t, batch, params.model_dump_json(), closed.messages, time.time())
+        self.journal.close(cw.region, cw.t, batch, params.model_dump_json(), closed.messages, time.time(),
+                           ingest=ingest_reasons if ingest_reasons is not None else
+                           ({"unknown": ingest_rejected} if ingest_rejected else {}))
         self.states[(cw.region, cw.t)] = closed.aggregator
         self.metrics.windows.labels("forwarded").inc()
         log.info("fog prio3 (%s, %d): closed, %d reports, batch queued in %.3f s", cw.region, cw.t, len(reports),
@@ -258,47 +360,69 @@ class Prio3Leader:
             replies = [Prio3Verify.model_validate_json(p) for p in self.journal.replies(region, t)]
             try:
                 helper = helper_columns(params, replies, total)
-            except ValueError as err:       # parts that do not fit the batch: ask again
-                log.warning("fog prio3 (%s, %d): the helper's answer does not fit the batch (%s)", region, t, err)
+            except ValueError as err:       # parts that do not fit the batch: counted, alarmed, asked again
+                self._refused("reply_mismatch", f"({region}, {t}): the helper's answer does not fit the batch "
+                                                f"the leader sent ({err})")
+                self.metrics.discrepancies.labels("reply_mismatch").inc()
+                self.journal.forget_replies(region, t)
                 helper = None
             if helper is not None:
-                await self._finish(params, region, t, total, *helper)
+                await self._finish(params, region, t, total, helper)
                 finished += 1
             elif now - forwarded_at > self.cfg.verify_deadline_s:
-                self._drop(region, t, total, "verification_timeout")
+                self._drop(params, region, t, total, "verification_timeout")
             elif now - sent_at > self.cfg.verify_timeout_s:
                 self.journal.resend(region, t, now)
                 self.metrics.resent.inc()
                 self.outbox_wakeup.set()
         return finished
 
-    async def _finish(self, params, region, t, total, helper_shares, helper_accepted) -> None:  # noqa: ANN001
+    async def _finish(self, params, region, t, total, answer) -> None:  # noqa: ANN001
         agg = self.states.pop((region, t), None)
         batch = self.journal.batch(region, t)
-        if agg is None:             # after a restart: verify_init again (deterministic) from the fixed batch
-            agg = Prio3Aggregator(params.vdaf(), self.verify_key, report_ctx(region, params.product, t), 0)
+        if agg is None and answer.refused is None:   # after a restart: verify_init again (deterministic)
+            agg = Prio3Aggregator(params.vdaf(), self.verify_key, params.ctx(region, t), 0)
             agg.start([r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch])
-        share, n = await compute(finish_window, params, agg, region, t, [r[0] for r in batch], helper_shares,
-                                 helper_accepted, self.k_min, noise=not self.cfg.unsafe_no_noise_for_tests,
-                                 in_thread=total > LARGE)
+        share, n = await compute(finish_window, params, agg, region, t, [r[0] for r in batch], answer, self.k_min,
+                                 noise=not self.cfg.unsafe_no_noise_for_tests,
+                                 ingest_rejected=self.journal.ingest(region, t), in_thread=total > LARGE)
         state = "done" if share.dropped is None else "dropped"
-        self.journal.finish(region, t, share.model_dump_json(), state, share.dropped)
+        self.journal.finish(region, t, share.model_dump_json(), state, share.dropped,
+                            statement=share.statement.model_dump_json() if share.statement else None)
         self.finished += share.dropped is None
-        for reason, k in Counter(r.value for r in agg.reasons if r is not None).items():
-            self.metrics.rejected.labels(reason).inc(k)
-        self.metrics.windows.labels("aggregated" if share.dropped is None else f"dropped_{share.dropped}").inc()
+        if answer.refused is not None:
+            self._refused(f"helper_refused_{answer.refused}"[:40], f"the helper refused the batch of "
+                                                                  f"({region}, {t}): {answer.refused}")
+        else:
+            for reason, k in Counter(r.value for r in agg.reasons if r is not None).items():
+                self.metrics.rejected.labels(reason).inc(k)
+        found = share.statement.discrepancies if share.statement else {}
+        for kind, k in found.items():
+            self.metrics.discrepancies.labels(kind).inc(k)
+            self.alarm.raised(kind, f"({region}, {t}): the helper's answer contradicts the leader's checks: "
+                                    f"{kind} x {k}")
+        if not found and answer.refused is None:
+            self.alarm.cleared()
+        self.metrics.windows.labels("aggregated" if share.dropped is None
+                                    else f"dropped_{share.dropped.split(':')[0]}").inc()
         log.debug("fog prio3 (%s, %d): verified with the helper's shares, share queued", region, t)
         if share.dropped:
             log.info("fog prio3 (%s, %d): dropped, %s (%d of %d accepted by both, k_min %d)", region, t,
                      share.dropped, n, total, self.k_min)
         self.outbox_wakeup.set()
+        self.statement_wakeup.set()
 
-    def _drop(self, region: str, t: int, total: int, reason: str) -> None:
+    def _drop(self, params: Prio3Params, region: str, t: int, total: int, reason: str) -> None:
         log.warning("fog prio3 (%s, %d): dropped, %s: no answer from the helper", region, t, reason)
         self.states.pop((region, t), None)
-        self.journal.finish(region, t, dropped_share(region, t, total, reason).model_dump_json(), "dropped", reason)
+        share = dropped_share(region, t, total, reason)
+        share = share.model_copy(update={"statement": statement_of(params, share, None, [],
+                                                                   self.journal.ingest(region, t))})
+        self.journal.finish(region, t, share.model_dump_json(), "dropped", reason,
+                            statement=share.statement.model_dump_json())
         self.metrics.windows.labels(f"dropped_{reason}").inc()
         self.outbox_wakeup.set()
+        self.statement_wakeup.set()
 
     async def _reply_intake(self) -> None:
         """Kafka: the helper's answers from their own topic, journaled, then acknowledged."""
@@ -313,9 +437,12 @@ class Prio3Leader:
             rows = []
             for rec in got:
                 try:
-                    rows.append(self.reply(rec.payload))
+                    row = self.reply(rec.payload)
                 except Rejected as err:
                     log.warning("fog prio3: helper answer refused: %s", err)
+                    continue
+                if row is not None:
+                    rows.append(row)
             self.journal.add([], rows)
             self.reply_source.ack(got)
             self.work_wakeup.set()

@@ -17,13 +17,20 @@ journal database (SQLite, WAL, synchronous=FULL), beside fog_shuffler.journal.
   so a restart resends the same bytes. In particular the leader's noise is
   drawn once: its noisy share is stored in the transaction that forgets the
   window's shares, and only ever resent.
+- `prio3_views`: per window, the reports refused at ingest since the region's
+  previous window (by reason, written at close) and the leader's statement
+  (written with its share, and queued for rase/v1/prio3/statements/{region}
+  at seq STATEMENT_SEQ): what a published aggregate is compared with.
 """
 
 from __future__ import annotations
 
+import json
+
 from rase_common.sqlite import storage_errors
 
 SHARE_SEQ = 1 << 30   # the leader's share follows its batch parts (0, 1, ...) in the outbox
+STATEMENT_SEQ = SHARE_SEQ + 1   # then its statement, for its own topic (a sender of its own)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS prio3_reports (region TEXT, t INTEGER, device TEXT, nonce BLOB, public BLOB, leader BLOB,
@@ -37,6 +44,8 @@ CREATE TABLE IF NOT EXISTS prio3_replies (region TEXT, t INTEGER, first INTEGER,
                                           PRIMARY KEY (region, t, first));
 CREATE TABLE IF NOT EXISTS prio3_outbox (region TEXT, t INTEGER, seq INTEGER, payload TEXT, sent INTEGER DEFAULT 0,
                                          PRIMARY KEY (region, t, seq));
+CREATE TABLE IF NOT EXISTS prio3_views (region TEXT, t INTEGER, ingest TEXT, statement TEXT,
+                                        PRIMARY KEY (region, t));
 """
 
 ReportRow = tuple[str, int, str, bytes, bytes, bytes, bytes, float]   # region, t, device, nonce, pub, leader, sealed, eps
@@ -83,7 +92,7 @@ class LeaderJournal:
 
     # -- closing -----------------------------------------------------------------------
     def close(self, region: str, t: int, batch: list[tuple[bytes, bytes, bytes, bytes]] | None, params: str,
-              messages: list[str], now: float, reason: str | None = None) -> None:
+              messages: list[str], now: float, reason: str | None = None, *, ingest: dict | None = None) -> None:
         """Atomically: the window is closed (the fog's `closed` marker), its
         reports lose their devices and become the ordered batch, and its
         messages for the helper are queued; batch None: suppressed (reason)."""
@@ -101,6 +110,28 @@ class LeaderJournal:
                             (region, t, "forwarded", params, len(batch), now, reason, now))
             self.db.executemany("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
                                 [(region, t, i, m) for i, m in enumerate(messages)])
+            self.db.execute("INSERT OR REPLACE INTO prio3_views (region, t, ingest) VALUES (?,?,?)",
+                            (region, t, json.dumps(ingest or {})))
+
+    def ingest(self, region: str, t: int) -> dict[str, int]:
+        """The reports refused at ingest that the window's batch counted, by reason."""
+        with storage_errors("fog journal"):
+            row = self.db.execute("SELECT ingest FROM prio3_views WHERE region=? AND t=?", (region, t)).fetchone()
+        return json.loads(row[0]) if row and row[0] else {}
+
+    def statement(self, region: str, t: int) -> str | None:
+        """The leader's statement of a finished window (None: not finished, or forgotten)."""
+        with storage_errors("fog journal"):
+            row = self.db.execute("SELECT statement FROM prio3_views WHERE region=? AND t=?", (region, t)).fetchone()
+        return row[0] if row else None
+
+    def knows(self, region: str, t: int) -> bool:
+        """Whether (region, t) is within what this journal remembers (a closed window, or not yet pruned)."""
+        with storage_errors("fog journal"):
+            if self.db.execute("SELECT 1 FROM prio3_windows WHERE region=? AND t=?", (region, t)).fetchone():
+                return True
+            row = self.db.execute("SELECT MIN(t) FROM prio3_windows WHERE region=?", (region,)).fetchone()
+        return row[0] is not None and t >= row[0]
 
     def has_reports(self, region: str, t: int) -> bool:
         with storage_errors("fog journal"):
@@ -130,9 +161,11 @@ class LeaderJournal:
             return [p for (p,) in self.db.execute("SELECT payload FROM prio3_replies WHERE region=? AND t=? "
                                                   "ORDER BY first", (region, t))]
 
-    def finish(self, region: str, t: int, message: str, state: str, reason: str | None = None) -> None:
+    def finish(self, region: str, t: int, message: str, state: str, reason: str | None = None, *,
+               statement: str | None = None) -> None:
         """Atomically: the leader's last message (its noisy share, or why it
-        dropped the window) is queued, and the window's shares are forgotten."""
+        dropped the window) and its statement are queued, and the window's
+        shares are forgotten."""
         with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
             self.db.execute("DELETE FROM prio3_batch WHERE region=? AND t=?", (region, t))
@@ -141,6 +174,16 @@ class LeaderJournal:
                             (state, reason, region, t))
             self.db.execute("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
                             (region, t, SHARE_SEQ, message))
+            if statement is not None:
+                self.db.execute("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
+                                (region, t, STATEMENT_SEQ, statement))
+                self.db.execute("INSERT INTO prio3_views (region, t, statement) VALUES (?,?,?) ON CONFLICT "
+                                "(region, t) DO UPDATE SET statement=excluded.statement", (region, t, statement))
+
+    def forget_replies(self, region: str, t: int) -> None:
+        """The helper's answer did not fit the batch: forget it (the batch is sent again)."""
+        with storage_errors("fog journal"):
+            self.db.execute("DELETE FROM prio3_replies WHERE region=? AND t=?", (region, t))
 
     def resend(self, region: str, t: int, now: float) -> None:
         """The helper has not answered: queue the window's batch again."""
@@ -150,9 +193,15 @@ class LeaderJournal:
             self.db.execute("UPDATE prio3_windows SET sent_at=? WHERE region=? AND t=?", (now, region, t))
 
     def unsent(self) -> list[tuple[str, int, int, str]]:
+        """The messages for the helper not yet sent (not the statements: they have their own sender)."""
         with storage_errors("fog journal"):
-            return self.db.execute("SELECT region, t, seq, payload FROM prio3_outbox WHERE sent=0 "
-                                   "ORDER BY t, region, seq").fetchall()
+            return self.db.execute("SELECT region, t, seq, payload FROM prio3_outbox WHERE sent=0 AND seq != ? "
+                                   "ORDER BY t, region, seq", (STATEMENT_SEQ,)).fetchall()
+
+    def unsent_statements(self) -> list[tuple[str, int, int, str]]:
+        with storage_errors("fog journal"):
+            return self.db.execute("SELECT region, t, seq, payload FROM prio3_outbox WHERE sent=0 AND seq = ? "
+                                   "ORDER BY t, region", (STATEMENT_SEQ,)).fetchall()
 
     def mark_sent(self, region: str, t: int, seq: int) -> None:
         with storage_errors("fog journal"):
@@ -167,6 +216,8 @@ class LeaderJournal:
                             "WHERE w.region=prio3_replies.region AND w.t=prio3_replies.t AND w.state='forwarded')",
                             (t_min,))
             self.db.execute("DELETE FROM prio3_windows WHERE t < ? AND state != 'forwarded'", (t_min,))
+            self.db.execute("DELETE FROM prio3_views WHERE t < ? AND NOT EXISTS (SELECT 1 FROM prio3_windows w "
+                            "WHERE w.region=prio3_views.region AND w.t=prio3_views.t)", (t_min,))
             self.db.execute("DELETE FROM prio3_outbox WHERE sent=1 AND t < ? AND NOT EXISTS (SELECT 1 FROM "
                             "prio3_windows w WHERE w.region=prio3_outbox.region AND w.t=prio3_outbox.t "
                             "AND w.state='forwarded')", (t_min,))

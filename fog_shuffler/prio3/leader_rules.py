@@ -1,29 +1,39 @@
-"""The pure rules of the fog as Prio3's leader (secure aggregation, issue 20):
-validating a Prio3 report, closing a window into its shuffled batch for the
-helper, finishing it with the helper's answer. No I/O, no clock; the
-randomness of the shuffle is handed in. fog_shuffler.prio3.leader holds the state
-and the tasks."""
+"""The pure rules of the fog as Prio3's leader (secure aggregation, issues 20
+and 26): validating a Prio3 report, closing a window into its shuffled batch
+for the helper, checking the helper's answer against the leader's own view,
+finishing the window, and comparing a published aggregate with what the
+leader stated. No I/O, no clock; the randomness of the shuffle is handed in.
+fog_shuffler.prio3.leader holds the state and the tasks.
+
+The leader trusts only itself (docs/privacy.md section 7): its params are its
+own config's, never the control message's or the helper's; the helper's
+answer is checked against what the leader can verify (both aggregators reach
+the same verdict on every proof), and what does not fit is a discrepancy."""
 
 from __future__ import annotations
 
 import base64
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from rase_device.secagg import report_ctx
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, add_reasons, parse_report
 from fog_shuffler.reports import split
 from fog_shuffler.windows import ClosedWindow
 from rase_common.protocol.prio3 import (MAX_PRIO3_REPORT_BYTES, Prio3Batch, Prio3Params, Prio3Report, Prio3Share,
-                                        Prio3Verify, nonce_digest, pack, pack_mask, parts_of)
+                                        Prio3Statement, Prio3Summary, Prio3Verify, nonce_digest, pack, pack_mask,
+                                        parts_of)
 from rase_common.secagg import noisy_share, tile
 from rase_common.vdaf import Prio3Aggregator
+from rase_common.vdaf.batch import Rejection
 
 PRIO3 = "prio3"
 # What the leader refuses beyond the fog's own reasons (fog_shuffler.ingest).
-LEADER_REASONS = ("nonce_repeated", "malformed_share", "prio3_reply_invalid")
+# params_mismatch: a report made under other Prio3 params than the fog's own; prio3_reply_unsolicited:
+# a helper answer for a batch the fog never sent (issue 26).
+LEADER_REASONS = ("nonce_repeated", "malformed_share", "prio3_reply_invalid", "params_mismatch",
+                  "prio3_reply_unsolicited")
 add_reasons(LEADER_REASONS)
 
 
@@ -41,6 +51,10 @@ def validate_report(topic: str, payload: bytes, now_t: int, rules: IngestRules, 
         raise Rejected("impossible_y", "a Prio3 report, but the deployment's mechanism is " + rules.mechanism)
     if rep.eps != params.dp_eps:
         raise Rejected("eps_not_on_menu", f"eps={rep.eps} (prio3.dp_eps {params.dp_eps})")
+    if rep.p != params.params_id:
+        # Made under other params (a stale device, or another deployment's): its context cannot
+        # verify here, and it would be mis-read if it did (docs/api.md, "The report context").
+        raise Rejected("params_mismatch", f"report params {rep.p} are not the fog's {params.params_id}")
     try:
         shares = rep.shares(params.report_sizes())
     except ValueError as err:
@@ -68,7 +82,7 @@ def close_batch(params: Prio3Params, verify_key: bytes, region: str, t: int,
     order = [int(i) for i in rng.permutation(len(reports))]
     batch = [reports[i] for i in order]
     vdaf = params.vdaf()
-    agg = Prio3Aggregator(vdaf, verify_key, report_ctx(region, params.product, t), 0)
+    agg = Prio3Aggregator(vdaf, verify_key, params.ctx(region, t), 0)
     mine = agg.start([r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch])
     sizes = params.report_sizes()
     vs = vdaf.verifier_share_size()
@@ -85,41 +99,138 @@ def close_batch(params: Prio3Params, verify_key: bytes, region: str, t: int,
     return ClosedBatch(order, messages, agg)
 
 
-def helper_columns(params: Prio3Params, replies: list[Prio3Verify], total: int
-                   ) -> tuple[list[bytes | None], np.ndarray] | None:
-    """The helper's verifier shares and accepted mask over the whole batch, once its parts cover it."""
+@dataclass
+class HelperAnswer:
+    """The helper's answer over the whole batch: its verifier shares (None: it
+    sent none), the reports it says it accepted, its reasons, or its refusal."""
+    shares: list[bytes | None]
+    accepted: np.ndarray
+    rejected: Counter = field(default_factory=Counter)
+    refused: str | None = None
+
+    @property
+    def live(self) -> np.ndarray:
+        return np.array([s is not None for s in self.shares], dtype=bool)
+
+
+def helper_columns(params: Prio3Params, replies: list[Prio3Verify], total: int) -> HelperAnswer | None:
+    """The helper's answer over the whole batch once its parts cover it (None:
+    not yet). A refusal (any part with `refused`) is an answer too. ValueError:
+    parts that do not fit the batch."""
+    refusal = next((r.refused for r in replies if r.refused), None)
+    if refusal is not None:
+        return HelperAnswer([None] * total, np.zeros(total, dtype=bool), refused=refusal)
+    if any(r.total != total for r in replies):
+        raise ValueError(f"the answer is for a batch of {replies[0].total} reports, the leader sent {total}")
     ordered = tile(replies, total)
     if ordered is None:
         return None
     vdaf = params.vdaf()
     shares: list[bytes | None] = []
     masks = []
+    reasons: Counter = Counter()
     for r in ordered:
         s, m = r.columns(vdaf)
         shares += s
         masks.append(m)
-    return shares, (np.concatenate(masks) if masks else np.zeros(0, dtype=bool))
+        reasons.update(r.helper_rejected)
+    return HelperAnswer(shares, np.concatenate(masks) if masks else np.zeros(0, dtype=bool), reasons)
+
+
+# What the helper can only have concluded from its verifier share, which the leader combined too: an
+# honest helper never accepts a report the leader rejected for one of these.
+_JOINT = {Rejection.PEER_REJECTED, Rejection.PEER_MALFORMED, Rejection.PROOF_INVALID}
+
+
+def check_helper(reasons: list[Rejection | None], answer: HelperAnswer) -> dict[str, int]:
+    """Where the helper's answer contradicts what the leader checked, by kind
+    (empty: nothing). Both aggregators combine the same two verifier shares and
+    reach the same verdict on every proof, so:
+    - rejected_verified: the helper sent a verifier share, the proof checked
+      out, and it still says it did not accept the report;
+    - accepted_unverified: it says it accepted a report it sent no valid
+      verifier share for, or whose proof failed;
+    - reasons_missing: it rejected more reports than its reasons account for."""
+    live, accepted = answer.live, answer.accepted
+    leader_ok = np.array([r is None for r in reasons], dtype=bool)
+    joint_bad = np.array([r in _JOINT for r in reasons], dtype=bool)
+    out = {"rejected_verified": int((live & leader_ok & ~accepted).sum()),
+           "accepted_unverified": int((accepted & joint_bad).sum()),
+           "reasons_missing": max(0, int((~accepted).sum()) - sum(answer.rejected.values()))}
+    return {k: v for k, v in out.items() if v}
 
 
 def finish_window(params: Prio3Params, agg: Prio3Aggregator, region: str, t: int, nonces: list[bytes],
-                  helper_shares: list[bytes | None], helper_accepted: np.ndarray, k_min: int, *,
-                  noise: bool = True) -> tuple[Prio3Share, int]:
-    """The leader's last message for a window whose helper answered: (message, reports both accepted)."""
-    mine = agg.finish(helper_shares)
-    both = mine & helper_accepted
+                  answer: HelperAnswer, k_min: int, *, noise: bool = True, ingest_rejected: dict | None = None,
+                  bits=None) -> tuple[Prio3Share, int]:  # noqa: ANN001 - bits: a test's RandomBits
+    """The leader's last message for a window whose helper answered: (message,
+    reports both accepted), with the leader's statement of the window inside."""
+    if answer.refused is not None:
+        share = dropped_share(region, t, len(nonces), f"helper_refused:{answer.refused}"[:64])
+        return share.model_copy(update={"statement": statement_of(params, share, answer, [], ingest_rejected)}), 0
+    mine = agg.finish(answer.shares)
+    both = mine & answer.accepted
     n = int(both.sum())
     reasons = agg.reasons
-    leader_rejected = Counter(reasons[i].value for i in np.flatnonzero(helper_accepted & ~mine))
+    leader_rejected = Counter(reasons[i].value for i in np.flatnonzero(answer.accepted & ~mine))
     common = dict(type="prio3_share", region=region, t=t, total=len(both), count=len(both),
                   leader_accepted=pack_mask(mine), accepted=n, accepted_digest=nonce_digest(nonces, both),
                   leader_rejected=dict(leader_rejected), noise_draws=1 if noise else 0)
     if n < k_min:
-        return Prio3Share(**common, dropped="under_k_min"), n
-    share = noisy_share(agg.vdaf, agg.aggregate(both), params, noise=noise)
-    return Prio3Share(**common, agg_share=base64.b64encode(share).decode()), n
+        share = Prio3Share(**common, dropped="under_k_min")
+    else:
+        agg_share = noisy_share(agg.vdaf, agg.aggregate(both), params, noise=noise, bits=bits)
+        share = Prio3Share(**common, agg_share=base64.b64encode(agg_share).decode())
+    return share.model_copy(update={"statement": statement_of(params, share, answer, reasons, ingest_rejected)}), n
+
+
+def statement_of(params: Prio3Params, share: Prio3Share, answer: HelperAnswer | None,
+                 reasons: list[Rejection | None], ingest_rejected: dict | None) -> Prio3Statement:
+    """The leader's account of a finished (or dropped) window."""
+    helper = answer if answer is not None and answer.refused is None else None
+    return Prio3Statement(
+        region=share.region, t=share.t, params_id=params.params_id, received=share.total,
+        ingest_rejected=dict(ingest_rejected or {}),
+        leader_rejected=dict(Counter(r.value for r in reasons if r is not None)),
+        helper_accepted=int(helper.accepted.sum()) if helper is not None else 0,
+        helper_rejected=dict(helper.rejected) if helper is not None else {},
+        accepted=share.accepted, discrepancies=check_helper(reasons, helper) if helper is not None else {},
+        dropped=share.dropped, noise_draws=share.noise_draws)
 
 
 def dropped_share(region: str, t: int, total: int, reason: str) -> Prio3Share:
     return Prio3Share(type="prio3_share", region=region, t=t, total=total, count=total,
                       leader_accepted=pack_mask(np.zeros(total, dtype=bool)), accepted=0, dropped=reason,
                       noise_draws=0)
+
+
+def compare_published(stated: Prio3Statement | None, region: str, summary: Prio3Summary) -> dict[str, int]:
+    """Where a published aggregate's account of this leader's region
+    contradicts the leader's own statement, by kind (empty: it agrees):
+    - published_unstated: it includes the region, but the leader released no
+      share for that window (a helper answering for a batch it was not sent);
+    - published_accepted / published_received: its n or its batch size for the
+      region is not what the leader counted;
+    - leader_misquoted: the leader's view it carries is not the leader's statement."""
+    views = summary.regions.get(region)
+    if views is None:
+        return {}
+    if stated is None or stated.dropped is not None:
+        return {"published_unstated": 1}
+    out = {}
+    if views.helper.accepted != stated.accepted:
+        out["published_accepted"] = 1
+    if views.helper.received != stated.received:
+        out["published_received"] = 1
+    mine = statement_view(stated)
+    if views.leader is not None and views.leader != mine:
+        out["leader_misquoted"] = 1
+    return out
+
+
+def statement_view(s: Prio3Statement):  # noqa: ANN201 - a PartyView
+    """The leader's statement as the aggregate carries it (Prio3Summary.regions[...].leader)."""
+    from rase_common.protocol.prio3 import PartyView
+
+    return PartyView(received=s.received, accepted=s.accepted, rejected=dict(s.leader_rejected),
+                     ingest_rejected=dict(s.ingest_rejected))

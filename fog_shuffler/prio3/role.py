@@ -4,8 +4,11 @@ is how the fog hosts it). Named by the registry's prio3 entry
 (rase_common.mechanisms.prio3), configured by the fog's `[prio3]` table.
 
 It claims the Prio3 reports on the report topics (by their kind: a nonce
-among the first fields) and the helper's answers; its reports live in the
-fog's windows like any others, and at close it gets the window's Prio3 part.
+among the first fields), the helper's answers and the published per-t
+aggregates (compared with the leader's own statements, issue 26); its
+reports live in the fog's windows like any others, and at close it gets the
+window's Prio3 part. It hears every control message's outcome: one refused
+for other prio3 params is an alarm.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class LeaderRole(ReportRole):
         self.leader = Prio3Leader(self.table, name=cfg.name, regions=list(cfg.regions), k_min=cfg.k_min,
                                   registry=ctx.metrics.registry, storage=ctx.storage, sink_name=cfg.sink)
         self._replies: list[tuple[str, int, int, str]] = []
+        ctx.control_listeners.append(self.leader.control_checked)
 
     @classmethod
     def check_config(cls, cfg: Any) -> None:
@@ -47,6 +51,12 @@ class LeaderRole(ReportRole):
         if cfg.device_mechanism == PRIO3 and (table is None or table.params is None):
             raise ValueError("device_mechanism = \"prio3\" needs a [prio3] table with its params "
                              "(kind, dp_eps, key_id, ...) and verify_key_file")
+        if table is not None and table.params is None:
+            # Issue 26: a Prio3 leader's params are its own, never the control message's.
+            raise ValueError("[prio3] needs its own params ([prio3.params]: kind, dp_eps, key_id, ...)")
+        if cfg.device_mechanism == PRIO3 and cfg.eps_levels != [table.params.dp_eps]:
+            raise ValueError(f"device_mechanism = \"prio3\": eps_levels must be [prio3.params.dp_eps] = "
+                             f"[{table.params.dp_eps}], got {cfg.eps_levels}")
 
     @classmethod
     def own_params(cls, cfg: Any) -> dict:
@@ -65,19 +75,25 @@ class LeaderRole(ReportRole):
 
     def subscriptions(self) -> list[tuple[str, int]]:
         # Over MQTT the helper answers on topics of its own; over Kafka its answers have their own topic.
-        return self.leader.subscriptions() if self.ctx.cfg.sink == "mqtt" else []
+        # The per-t aggregates always come over MQTT (compared with the leader's statements).
+        return self.leader.subscriptions(replies_over_mqtt=self.ctx.cfg.sink == "mqtt")
 
     def tasks(self) -> list:
         return self.leader.tasks()
 
     # -- ingest -------------------------------------------------------------------------------
     def claims(self, topic: str, payload: bytes) -> bool:
-        return self.leader.is_reply(topic) or (topic.startswith(topics.REPORTS_PREFIX)
-                                               and self.leader.is_report(payload))
+        return self.leader.is_reply(topic) or self.leader.is_aggregate(topic) or (
+            topic.startswith(topics.REPORTS_PREFIX) and self.leader.is_report(payload))
 
     def take(self, msg: Any, now_t: int) -> Outcome | None:
         if self.leader.is_reply(msg.topic):
-            self._replies.append(self.leader.reply(msg.payload))
+            row = self.leader.reply(msg.payload)      # None: a late repeat, nothing to journal
+            if row is not None:
+                self._replies.append(row)
+            return None
+        if self.leader.is_aggregate(msg.topic):
+            self.leader.check_aggregate(msg.payload)  # a discrepancy is counted and alarmed there
             return None
         ctx = self.ctx
         rep = ctx.gate.validate_with(msg.topic, msg.payload, now_t, self._check, RETRY_UNDER_PREVIOUS)
@@ -113,7 +129,8 @@ class LeaderRole(ReportRole):
 
     async def close(self, cw: ClosedWindow) -> int:
         ctx = self.ctx
-        if await self.leader.close(cw, ctx.gate.candidates(cw.t), ctx.counters.rejected[cw.region]):
+        if await self.leader.close(cw, ctx.gate.candidates(cw.t), ctx.counters.rejected[cw.region],
+                                   dict(ctx.counters.rejected_by.get(cw.region, {}))):
             ctx.counters.forwarded(cw.region)
             return 1
         ctx.metrics.suppressed.inc()

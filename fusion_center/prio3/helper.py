@@ -21,6 +21,18 @@ Per window (region, t):
    wall-clock time and the privacy unit. Stored once per t (idempotent).
 A window the two cannot finish is dropped with a reason, never published
 half-verified.
+
+Each party trusts only itself (issue 26): a batch is verified and noised
+under the helper's own params for its t (its config, or for
+params_grace_periods timestamps after a change the previous ones it
+published), never the batch's; one that declares other params, names a region
+outside the helper's config, or reopens a window already taken (another
+membership, a second share, a t below the pruning horizon) is refused:
+nothing is released for it, the refusal is counted by reason
+(rase_fusion_prio3_refused), logged at WARNING once per episode, and answered
+so the leader drops the window. A report's nonce is verified in one window
+only. Where the leader's statement contradicts the helper's own view, the
+aggregate says so (prio3.discrepancies) and rase_fusion_prio3_discrepancies counts it.
 """
 
 from __future__ import annotations
@@ -34,8 +46,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter as PromCounter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fusion_center.prio3.helper_rules import Answer, answer_batch, build_aggregate, combine
-from fusion_center.prio3.helper_store import HelperStore
+from fusion_center.prio3.helper_rules import Answer, answer_batch, build_aggregate, combine, own_params_for, refusal
+from fusion_center.prio3.helper_store import HelperStore, digest
 from rase_common.errors import Outage
 from rase_common.failpoints import crash_point
 from rase_common.kafka import KafkaConfig, KafkaSink
@@ -45,12 +57,23 @@ from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
 from rase_common.protocol.aggregate import Aggregate
 from rase_common.protocol.control import ControlMessage
-from rase_common.protocol.prio3 import Prio3Batch, Prio3Params, Prio3Share, parse_leader_message
-from rase_common.secagg import ShareOpener, compute, read_key, tile, work_loop
+from rase_common.protocol.prio3 import Prio3Batch, Prio3Params, Prio3Share, parse_leader_message, unpack
+from rase_common.secagg import Alarm, ShareOpener, compute, read_key, tile, work_loop
 from rase_common.sqlite import storage_errors
+from rase_device.prio3 import NONCE_SIZE
 
 log = logging.getLogger(__name__)
 LARGE = 2000          # verify in a worker thread above this many reports
+# Why the helper refuses a leader message (issue 26): metric labels and the quarantine's reasons.
+REFUSALS = ("unknown_region", "params_mismatch", "batch_conflict", "batch_after_release", "share_conflict", "too_old")
+
+
+class Refused(ValueError):
+    """A leader message the helper refuses; `reason` is one of REFUSALS."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
 
 
 class Prio3FusionConfig(BaseModel):
@@ -62,6 +85,9 @@ class Prio3FusionConfig(BaseModel):
     k_min: int = Field(10, ge=1)      # fewest reports both accepted that a region's window may publish
     answer_deadline_s: float = Field(3600.0, gt=0)   # a batch whose leader share never comes is dropped
     decrypt_workers: int = Field(2, ge=1, le=64)     # processes opening a large window's sealed shares
+    # After the helper's own params change, batches of this many more timestamps may still be made
+    # under the previous ones (devices apply the control message when it reaches them).
+    params_grace_periods: int = Field(3, ge=0)
     # Tests only: the helper adds no noise (with the fog's: the published sum is exact).
     unsafe_no_noise_for_tests: bool = False
 
@@ -74,6 +100,12 @@ class HelperMetrics:
                                    "dropped_<reason>)", ["outcome"], registry=registry)
         self.rejected = PromCounter("rase_fusion_prio3_reports_rejected", "Prio3 reports rejected, by reason",
                                     ["reason"], registry=registry)
+        self.refused = PromCounter("rase_fusion_prio3_refused", "Leader messages the helper refused, by reason "
+                                   "(params_mismatch, unknown_region, batch_conflict, batch_after_release, "
+                                   "share_conflict, too_old)", ["reason"], registry=registry)
+        self.discrepancies = PromCounter("rase_fusion_prio3_discrepancies", "Where the leader's statement "
+                                         "contradicts the helper's view, or reports its own checks failing, by "
+                                         "kind", ["kind"], registry=registry)
 
 
 class Prio3Helper:
@@ -92,10 +124,16 @@ class Prio3Helper:
         self.opener: ShareOpener | None = None
         self.sender: OutboxSender | None = None
         self.sink = None
+        self.alarm = Alarm("fusion prio3", log)
+        self._own: dict[str, Prio3Params] = {}      # params JSON -> model (the store's log, parsed once)
+        self.noise_bits = None     # tests only: a RandomBits for the helper's noise (None: os.urandom)
         self._parts: list[tuple[str, int, int, str]] = []     # staged by the intake batch (stage/write/committed)
         self._shares: list[tuple[str, int, str]] = []
         self._late: list[tuple[str, int]] = []
         self._again: list[tuple[str, int]] = []
+        self._refusals: list[tuple[str, int, str, str | None]] = []   # (region, t, answer, finish reason)
+        self._refused: list[tuple[str, str]] = []                    # (reason, detail): counted once committed
+        self._staged: dict[tuple, str] = {}                          # digests staged in this batch
 
     def open(self, db) -> None:  # noqa: ANN001 - the fusion store's connection
         self.opener = ShareOpener(read_key(self.cfg.private_key_file, "fusion [prio3] private_key_file"),
@@ -129,15 +167,49 @@ class Prio3Helper:
     def tasks(self) -> list:
         return [self.sender.run(), self._work()]
 
+    # -- the helper's own params -------------------------------------------------------------------
+    def follow(self, precision: ControlMessage, now: float) -> None:
+        """The params the helper publishes are its own: recorded with the
+        timestamp they start from (the fusion service calls this before each
+        intake batch; nothing changes while they do not)."""
+        p = precision.prio3
+        if p is None:
+            return
+        period = p.window_period_s(precision.period_s)
+        now_t = precision.schedule().t_of(now) if p.product == "per-t" else int((now - precision.epoch0) // period)
+        if self.store.follow_params(p.model_dump_json(), now_t):
+            log.info("fusion prio3: the helper's own params from t=%d: %s (params id %s)", now_t, p.text, p.params_id)
+
+    def own_params(self, t: int) -> list[Prio3Params]:
+        """The helper's own params a batch of timestamp t may be made under,
+        newest first: the current ones, and the previous ones within
+        params_grace_periods of the change."""
+        log_ = self.store.params_log()
+        out = []
+        for i, (since_t, text) in enumerate(log_):
+            if i == 0 or t < log_[0][0] + self.cfg.params_grace_periods:
+                if text not in self._own:
+                    self._own[text] = Prio3Params.model_validate_json(text)
+                out.append(self._own[text])
+        return out
+
+    def _refuse(self, reason: str, detail: str) -> "Refused":
+        """A refusal: counted and alarmed once the batch is committed; raised for the host to quarantine."""
+        self._refused.append((reason, detail))
+        return Refused(reason, detail[:300])
+
     # -- intake ----------------------------------------------------------------------------------
     def take(self, payloads: list[bytes], now: float, has_aggregate) -> list[tuple[str, str] | None]:  # noqa: ANN001
         """Store the leader's messages of one intake batch (one commit); returns
-        (reason, detail) of each invalid one, for the quarantine (aligned with None for good ones)."""
+        (reason, detail) of each invalid or refused one, for the quarantine
+        (aligned with None for good ones)."""
         bad: list[tuple[str, str] | None] = []
         for payload in payloads:
             try:
                 self.stage(payload, has_aggregate)
                 bad.append(None)
+            except Refused as err:
+                bad.append((err.reason, str(err)))
             except ValueError as err:
                 bad.append(("prio3_invalid", str(err).replace("\n", " ")[:300]))
         with storage_errors("fusion store"), self.store.db:
@@ -147,29 +219,68 @@ class Prio3Helper:
         return bad
 
     def stage(self, payload: bytes, has_aggregate) -> None:  # noqa: ANN001
-        """One leader message of an intake batch, staged for write(); ValueError when it is not one."""
+        """One leader message of an intake batch, judged and staged for
+        write(); Refused (a ValueError with a reason) when the helper refuses
+        it, ValueError when it is not a leader message at all."""
         try:
             m = parse_leader_message(payload)
         except ValidationError as err:
             raise ValueError(str(err)) from None
-        self.known.add(m.region)
-        if has_aggregate(m.t):                         # late: its t is published already
+        if m.region not in self.known:             # the regions are the helper's own config's
+            raise self._refuse("unknown_region", f"region {m.region!r} is not one of {sorted(self.known)}")
+        if has_aggregate(m.t) and not self.store.finished(m.region, m.t):   # late: t is published already
             if isinstance(m, Prio3Share) and self.store.state(m.region, m.t) is not None:
                 self._late.append((m.region, m.t))
             return
+        text = payload.decode()
+        d = digest(text)
         if isinstance(m, Prio3Batch):
-            self._parts.append((m.region, m.t, m.first, payload.decode()))
+            mine = self.own_params(m.t)
+            if own_params_for(m.params, mine) is None:
+                # Nothing is ever released for this window: refused, answered and finished at once.
+                self._refusals.append((m.region, m.t, refusal(m.region, m.t, m.total, "params_mismatch"),
+                                       "params_mismatch"))
+                raise self._refuse("params_mismatch", f"({m.region}, {m.t}): the batch's params {m.params.text} "
+                                   f"are not the helper's own {' or '.join(p.text for p in mine) or '(none yet)'}")
+            key = ("part", m.region, m.t, m.first)
+            verdict = self._staged_verdict(key, d) or self.store.part_verdict(m.region, m.t, m.first, d)
+            if verdict not in (None, "repeat"):
+                if verdict != "too_old":
+                    self._refusals.append((m.region, m.t, refusal(m.region, m.t, 0, verdict), None))
+                raise self._refuse(verdict, f"a batch part of ({m.region}, {m.t}) that reopens a window already "
+                                            f"taken ({verdict}): a batch is collected once")
+            self._staged[key] = d
+            self._parts.append((m.region, m.t, m.first, text))
         else:
-            self._shares.append((m.region, m.t, payload.decode()))
+            key = ("share", m.region, m.t)
+            verdict = self._staged_verdict(key, d) or self.store.share_verdict(m.region, m.t, d)
+            if verdict in ("repeat", "late"):
+                return
+            if verdict is not None:
+                raise self._refuse(verdict, f"a second leader share for ({m.region}, {m.t}) ({verdict})")
+            self._staged[key] = d
+            self._shares.append((m.region, m.t, text))
+
+    def _staged_verdict(self, key: tuple, d: str) -> str | None:
+        """The same message twice in one intake batch is a repeat; another one for the same slot a conflict."""
+        if key not in self._staged:
+            return None
+        return "repeat" if self._staged[key] == d else ("batch_conflict" if key[0] == "part" else "share_conflict")
 
     def write(self, now: float) -> None:
         """What was staged, inside the fusion store's open transaction (the batch's one commit)."""
-        self._again = self.store.write(self._parts, self._shares, now)
+        self._again = self.store.write(self._parts, self._shares, now, self._refusals)
 
     def committed(self) -> None:
         for region, t in self._late:
             self._drop(region, t, "late")
-        if self._again:
+        for reason, detail in self._refused:
+            self.metrics.refused.labels(reason).inc()
+            self.alarm.raised(reason, detail)
+        if any(finish for *_, finish in self._refusals):
+            self.metrics.windows.labels("dropped_params_mismatch").inc(
+                len({(r, t) for r, t, _, finish in self._refusals if finish}))
+        if self._again or self._refusals:
             self.outbox_wakeup.set()
         if self._parts:
             crash_point("helper_after_journal")
@@ -181,6 +292,7 @@ class Prio3Helper:
 
     def rolled_back(self) -> None:
         self._parts, self._shares, self._late, self._again = [], [], [], []
+        self._refusals, self._refused, self._staged = [], [], {}
 
     # -- answering and combining -------------------------------------------------------------------
     async def _work(self) -> None:
@@ -208,20 +320,27 @@ class Prio3Helper:
             if answer is None:
                 continue
             if state != "answered":
-                self.store.answered(region, t, answer.messages, now)
+                self.store.answered(region, t, answer.messages, now,
+                                    [x for x, ok in zip(answer.nonces, answer.accepted) if ok])
                 self.metrics.windows.labels("answered").inc()
                 self.outbox_wakeup.set()
             return done + 1          # more may wait: the loop calls again at once
         return done
 
     async def _answer(self, region: str, t: int, age_s: float) -> Answer | None:
-        """Open and verify a window's batch once its parts are all here (None: not yet, or dropped)."""
+        """Open and verify a window's batch once its parts are all here, under
+        the helper's own params for t (None: not yet, or dropped)."""
         parts = [Prio3Batch.model_validate_json(p) for p in self.store.parts(region, t)]
-        params = parts[0].params
+        params = own_params_for(parts[0].params, self.own_params(t))
+        if params is None:          # the helper's params changed since the batch was taken
+            self._drop(region, t, "params_mismatch")
+            return None
         try:
             ordered = tile(parts, parts[0].total)
-            if ordered is not None and any(p.params != params or p.total != parts[0].total for p in ordered):
+            if ordered is not None and any(p.params != parts[0].params or p.total != parts[0].total
+                                           for p in ordered):
                 raise ValueError("the parts of one batch disagree")
+            nonces = [x for p in ordered or [] for x in unpack(p.nonces, NONCE_SIZE, p.count, "nonces")]
         except ValueError as err:
             self._drop(region, t, f"batch_invalid: {err}"[:64])
             return None
@@ -230,7 +349,8 @@ class Prio3Helper:
                 self._drop(region, t, "batch_incomplete")
             return None
         started = time.perf_counter()
-        answer = await compute(answer_batch, params, self.verify_key, self.opener, region, t, ordered,
+        seen = self.store.seen_nonces(region, t, nonces)     # verified in another window: never again
+        answer = await compute(answer_batch, params, self.verify_key, self.opener, region, t, ordered, seen,
                                in_thread=parts[0].total > LARGE)
         self.answers[(region, t)] = answer
         log.debug("fusion prio3 (%s, %d): %d reports opened and verified in %.3f s", region, t, parts[0].total,
@@ -242,11 +362,20 @@ class Prio3Helper:
         self.store.finish(region, t, record, now, reason)
         self.answers.pop((region, t), None)
         if record is None:
-            self.metrics.windows.labels(f"dropped_{reason}").inc()
+            self.metrics.windows.labels(f"dropped_{reason.split(':')[0]}").inc()
+            if reason == "accepted_mismatch":       # the leader summed another set than it says: an alarm
+                self.metrics.discrepancies.labels(reason).inc()
+                self.alarm.raised(reason, f"({region}, {t}): the leader's share does not sum the reports its "
+                                          "mask and digest name; not published")
             log.info("fusion prio3 (%s, %d): dropped, %s", region, t, reason)
             return
         for why, k in record["rejected"].items():
             self.metrics.rejected.labels(why).inc(k)
+        for kind, k in record["discrepancies"].items():
+            self.metrics.discrepancies.labels(kind).inc(k)
+            self.alarm.raised(kind, f"({region}, {t}): the leader's statement and the helper's view disagree")
+        if not record["discrepancies"]:
+            self.alarm.cleared()
         self.metrics.windows.labels("ready").inc()
         log.debug("fusion prio3 (%s, %d): ready, %d reports both accepted", region, t, record["accepted"])
 
@@ -280,8 +409,10 @@ class Prio3Helper:
         self.store.prune(t - 100_000)
 
     def aggregate(self, t: int, ready: list[tuple[str, dict]], precision: ControlMessage, *, level: float,
-                  history, windows_w: tuple[int, ...]) -> tuple[Aggregate, dict] | None:  # noqa: ANN001
-        """The aggregate of t (None: nothing publishable; its records are forgotten)."""
+                  history, windows_w: tuple[int, ...], clip_bias_bound: float | None = None
+                  ) -> tuple[Aggregate, dict] | None:  # noqa: ANN001
+        """The aggregate of t (None: nothing publishable; its records are forgotten).
+        Its params, noise and k_min are the helper's own (the records carry its params)."""
         current = precision.prio3
         mine = [(r, rec) for r, rec in ready if current is None or Prio3Params(**rec["params"]) == current]
         mine = mine or ready                      # around a change of params: the newest t still publishes
@@ -290,7 +421,7 @@ class Prio3Helper:
             return None
         return build_aggregate(t, mine, precision, set(self.known), level=level,
                                noise=not self.cfg.unsafe_no_noise_for_tests, dropped=dropped, history=history,
-                               windows_w=windows_w)
+                               windows_w=windows_w, bits=self.noise_bits, clip_bias_bound=clip_bias_bound)
 
 
 

@@ -1,8 +1,14 @@
 """The pure rules of the fusion center as Prio3's helper and collector
-(secure aggregation, issue 20): answering a batch, combining it with the
-leader's share, and the published aggregate of a timestamp. No I/O, no clock;
-noise from os.urandom unless a test hands its bits. fusion_center.prio3.helper holds
-the state and the tasks."""
+(secure aggregation, issues 20 and 26): choosing the helper's own params for a
+batch, answering it, combining it with the leader's share, and the published
+aggregate of a timestamp. No I/O, no clock; noise from os.urandom unless a
+test hands its bits. fusion_center.prio3.helper holds the state and the tasks.
+
+The helper trusts only itself (docs/privacy.md section 7): the params it
+verifies and noises a batch under are its own (its config, or the previous
+params it published, for a few timestamps after a change), never the batch's;
+a batch that declares other params is refused. k_min, the regions, the
+period and epoch0 are its own config's too."""
 
 from __future__ import annotations
 
@@ -11,17 +17,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rase_device.secagg import report_ctx
 from fusion_center.estimators import Estimate, windowed
+from fusion_center.ldp.context import clip, iso_utc
 from fusion_center.ldp.merge import history_key
 from rase_common.mechanisms import Setting
 from rase_common.mechanisms.prio3 import NoiseSum, central_noise, draw_noise, estimate_total
-from rase_common.protocol.aggregate import Aggregate, EstimateOut, WindowedOut
+from rase_common.privacy import privacy_over_time
+from rase_common.protocol.aggregate import Aggregate, EstimateOut, PrivacyUnit, WindowedOut
 from rase_common.protocol.control import ControlMessage
-from rase_common.protocol.prio3 import (Prio3Batch, Prio3Params, Prio3Share, Prio3Summary, Prio3Verify, WallClock,
-                                        b64, nonce_digest, pack, pack_mask, parts_of, unpack_mask)
+from rase_common.protocol.prio3 import (PartyView, Prio3Batch, Prio3Params, Prio3Share, Prio3Summary, Prio3Verify,
+                                        RegionViews, WallClock, b64, nonce_digest, pack, pack_mask, parts_of,
+                                        unpack_mask)
 from rase_common.secagg import ShareOpener, unshard_signed
 from rase_common.vdaf import Prio3Aggregator
+
+
+def own_params_for(declared: Prio3Params, own: list[Prio3Params]) -> Prio3Params | None:
+    """The helper's own params that a batch declaring `declared` is verified
+    under (the candidates for its t, newest first), or None: refuse it. Equal
+    params ids make and verify the same reports (their canonical text agrees);
+    what is used is the helper's own object, never the batch's."""
+    return next((p for p in own if p.params_id == declared.params_id), None)
 
 
 @dataclass
@@ -35,8 +51,10 @@ class Answer:
 
 
 def answer_batch(params: Prio3Params, verify_key: bytes, opener: ShareOpener, region: str, t: int,
-                 parts: list[Prio3Batch]) -> Answer:
-    """Open, verify and answer one window's batch (its parts in order)."""
+                 parts: list[Prio3Batch], seen_nonces=frozenset()) -> Answer:  # noqa: ANN001 - a Container
+    """Open, verify and answer one window's batch (its parts in order) under
+    the helper's own `params`. seen_nonces: nonces the helper aggregated in
+    another window (rejected as nonce_replayed: a report is aggregated once)."""
     vdaf = params.vdaf()
     nonces, pubs, sealed, leader_vs = [], [], [], []
     for p in parts:
@@ -45,25 +63,38 @@ def answer_batch(params: Prio3Params, verify_key: bytes, opener: ShareOpener, re
         pubs += b
         sealed += c
         leader_vs += d
-    ctx = report_ctx(region, params.product, t)
+    ctx = params.ctx(region, t)
     inputs = opener.open(ctx, nonces, pubs, sealed)
     agg = Prio3Aggregator(vdaf, verify_key, ctx, 1)
-    mine = agg.start(nonces, pubs, inputs)
+    mine = agg.start(nonces, pubs, inputs, seen_nonces=seen_nonces)
     accepted = agg.finish(leader_vs)
+    reasons = agg.reasons
     vs = vdaf.verifier_share_size()
     messages = [Prio3Verify(type="prio3_verify", region=region, t=t, total=len(nonces), first=first, count=count,
                             helper_verifier_shares=pack(mine[first:first + count], vs),
                             helper_live=pack_mask([x is not None for x in mine[first:first + count]]),
-                            helper_accepted=pack_mask(accepted[first:first + count])).model_dump_json()
+                            helper_accepted=pack_mask(accepted[first:first + count]),
+                            helper_rejected=dict(Counter(r.value for r in reasons[first:first + count]
+                                                         if r is not None))).model_dump_json()
                 for first, count in parts_of(len(nonces), vs)]
     return Answer(params, agg, accepted, nonces, messages, sum(p.ingest_rejected for p in parts))
 
 
+def refusal(region: str, t: int, total: int, reason: str) -> str:
+    """The helper's answer to a batch it will not verify (the leader drops the window and alarms)."""
+    return Prio3Verify(type="prio3_verify", region=region, t=t, total=total, first=0, count=0,
+                       refused=reason[:64]).model_dump_json()
+
+
 def combine(answer: Answer, share: Prio3Share, k_min: int) -> tuple[dict | None, str | None]:
-    """The region's ready record from the leader's share, or (None, why it is dropped)."""
+    """The region's ready record from the leader's share, or (None, why it is
+    dropped). The record carries the helper's own params (answer.params),
+    its own view of the window, the leader's statement as the share carried
+    it, and the discrepancies the helper found between the two."""
     agg = answer.aggregator
     total = len(answer.nonces)
-    rejected = Counter(r.value for r in agg.reasons if r is not None)
+    own_rejected = Counter(r.value for r in agg.reasons if r is not None)
+    rejected = Counter(own_rejected)
     base = {"params": answer.params.model_dump(), "received": total, "ingest_rejected": answer.ingest_rejected}
     if share.dropped is not None:
         return None, share.dropped
@@ -77,8 +108,21 @@ def combine(answer: Answer, share: Prio3Share, k_min: int) -> tuple[dict | None,
         return None, "under_k_min"
     rejected.update(share.leader_rejected)
     totals = unshard_signed(agg.vdaf, [b64(share.agg_share or "", "agg_share"), agg.aggregate(both)])
+    stated = share.statement
+    found: dict[str, int] = {}
+    if stated is not None:
+        if stated.helper_accepted != int(answer.accepted.sum()):
+            found["leader_misquoted_helper"] = 1      # the leader's statement misreports the helper's answer
+        if stated.received != total or stated.accepted != n:
+            found["leader_statement_mismatch"] = 1
+        for kind, k in stated.discrepancies.items():
+            found[f"leader:{kind}"] = found.get(f"leader:{kind}", 0) + k
+    views = {"helper": PartyView(received=total, accepted=n, rejected=dict(own_rejected)).model_dump(),
+             "leader": None if stated is None else PartyView(
+                 received=stated.received, accepted=stated.accepted, rejected=dict(stated.leader_rejected),
+                 ingest_rejected=dict(stated.ingest_rejected)).model_dump()}
     return {**base, "totals": totals, "accepted": n, "rejected": dict(rejected),
-            "leader_draws": share.noise_draws}, None
+            "leader_draws": share.noise_draws, "views": views, "discrepancies": found}, None
 
 
 def merge_ready(records: list[dict], params: Prio3Params, *, noise: bool = True, bits=None
@@ -97,8 +141,10 @@ def merge_ready(records: list[dict], params: Prio3Params, *, noise: bool = True,
 def build_aggregate(t: int, ready: list[tuple[str, dict]], precision: ControlMessage, known: set[str], *,
                     level: float, noise: bool = True, dropped: dict[str, str] | None = None,
                     history: dict[str, dict[int, Estimate]] | None = None, windows_w: tuple[int, ...] = (),
-                    bits=None) -> tuple[Aggregate, dict[str, Estimate]]:  # noqa: ANN001
-    """The published aggregate of t from its regions' ready records (all of one deployment's params)."""
+                    bits=None, clip_bias_bound: float | None = None
+                    ) -> tuple[Aggregate, dict[str, Estimate]]:  # noqa: ANN001
+    """The published aggregate of t from its regions' ready records (all of
+    one deployment's params: the helper's own, stored with each record)."""
     params = Prio3Params(**ready[0][1]["params"])
     records = [r for _, r in ready]
     totals, n, draws = merge_ready(records, params, noise=noise, bits=bits)
@@ -116,20 +162,57 @@ def build_aggregate(t: int, ready: list[tuple[str, dict]], precision: ControlMes
         if r["ingest_rejected"]:
             rejected["ingest"] += r["ingest_rejected"]
     period = params.window_period_s(precision.period_s)
+    found: Counter = Counter()
+    views = {}
+    for region, r in ready:
+        found.update(r.get("discrepancies", {}))
+        if "views" in r:
+            views[region] = RegionViews(**r["views"])
     summary = Prio3Summary(
         kind=params.kind, product=params.product, received=sum(r["received"] for r in records), accepted=n,
         rejected=dict(rejected), dropped_regions=dropped or {}, total=float(totals[0]) if params.kind != "histogram"
         else float(sum(totals)), counts=[float(x) for x in totals] if params.kind == "histogram" else [],
         noise={"distribution": "discrete Laplace", "scale_per_draw": law.scale, "draws": draws,
                "sensitivity": params.sensitivity, "off_for_tests": "yes" if draws == 0 else "no"},
-        wall_clock=WallClock.of(t, precision.epoch0, period), privacy=privacy_unit(params, period))
+        wall_clock=wall_clock(t, params, precision), privacy=privacy_unit(params, period),
+        regions=views, discrepancies=dict(found), params_id=params.params_id)
     regions = sorted(r for r, _ in ready)
     agg = Aggregate(t=t, n=n, regions=regions, complete=known <= set(regions), level=level,
                     estimates={k: _out(e) for k, e in est.items()}, what=dict(out.meaning), mechanism="prio3",
                     frequencies=[_out(e) for e in out.frequencies], clamped=False, share_at_bound=0.0, windowed=win,
                     privacy=[{"region": r, "mechanism": "prio3", "dp_eps": params.dp_eps} for r in regions],
                     prio3=summary)
-    return agg, est
+    return with_context(agg, params, precision, clip_bias_bound), est
+
+
+def with_context(agg: Aggregate, params: Prio3Params, precision: ControlMessage,
+                 clip_bias_bound: float | None) -> Aggregate:
+    """The fields every aggregate has beside its estimates (fusion_center.ldp.context):
+    wall-clock time, the privacy unit and, for a sum, the clipping."""
+    wc = agg.prio3.wall_clock
+    day = privacy_over_time(params.dp_eps, wc.period_s, 24.0)
+    unit = PrivacyUnit(
+        eps_per_report=params.dp_eps, period_s=wc.period_s, eps_per_hour=day.eps_per_hour, eps_per_day=day.eps_total,
+        shuffle="none", central_eps=params.dp_eps, central_delta=0.0,
+        statement=(f"eps {params.dp_eps:g} per release, one report per device per {wc.period_s:g} s "
+                   f"({day.eps_per_hour:,.6g} per hour, {day.eps_total:,.6g} per day, basic composition); "
+                   f"secure aggregation: central ({params.dp_eps:g}, 0)-DP per release if the fog or the fusion "
+                   "center is honest (docs/privacy.md section 7)"))
+    update = {"t_start": wc.t_start, "t_end": wc.t_end, "t_start_iso": iso_utc(wc.t_start),
+              "t_end_iso": iso_utc(wc.t_end), "period_s": wc.period_s, "privacy_unit": unit}
+    if params.kind == "sum":
+        clipping, estimates = clip(agg, precision.x_max, clip_bias_bound)
+        update |= {"clipping": clipping, "estimates": estimates}
+    return agg.model_copy(update=update)
+
+
+def wall_clock(t: int, params: Prio3Params, precision: ControlMessage) -> WallClock:
+    """When t was: on the control message's schedule (piecewise across a
+    schedule change) for per-t, on epoch0's grid of hours or days for a product."""
+    if params.product == "per-t":
+        schedule = precision.schedule()
+        return WallClock.span(schedule.start_of(t), schedule.end_of(t))
+    return WallClock.of(t, precision.epoch0, params.window_period_s(precision.period_s))
 
 
 def privacy_unit(params: Prio3Params, period_s: float) -> dict:

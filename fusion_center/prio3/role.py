@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from fusion_center.context import FusionContext
-from fusion_center.prio3.helper import Prio3FusionConfig, Prio3Helper
+from fusion_center.prio3.helper import REFUSALS, Prio3FusionConfig, Prio3Helper, Refused
 from rase_common.errors import ProtocolError
 from rase_common.protocol.prio3 import is_prio3_message
 from rase_common.role import Role
@@ -30,7 +30,7 @@ class HelperRole(Role):
     name = PRIO3
     config_key = PRIO3
     Config = Prio3FusionConfig
-    reasons = ("prio3_invalid",)
+    reasons = ("prio3_invalid", *REFUSALS)
 
     def __init__(self, ctx: FusionContext):
         cfg = ctx.cfg
@@ -64,8 +64,11 @@ class HelperRole(Role):
         return is_prio3_message(payload)
 
     def take(self, msg: Any, now_t: int) -> str:
+        self.helper.follow(self.ctx.precision, self.ctx.clock.now())   # issue 26: the helper's own params, by t
         try:
             self.helper.stage(msg.payload, self.ctx.late_hook())
+        except Refused as err:               # refused by the helper's own rules (counted once committed)
+            raise ProtocolError(err.reason, str(err)) from None
         except ValueError as err:
             raise ProtocolError("prio3_invalid", str(err).replace("\n", " ")[:300]) from None
         return "taken"
@@ -86,7 +89,8 @@ class HelperRole(Role):
         now, closed = time.time(), 0
         for t, ready, first in helper.due(now):
             made = helper.aggregate(t, ready, ctx.precision, level=ctx.cfg.level, history=ctx.history.series,
-                                    windows_w=tuple(ctx.cfg.windows_w))
+                                    windows_w=tuple(ctx.cfg.windows_w),
+                                    clip_bias_bound=ctx.cfg.clipping.bias_bound_w if ctx.cfg.clipping else None)
             if made is not None and store.store_aggregate("all", t, made[0].model_dump_json(), ctx.clock.now()):
                 ctx.history.add(made[0].mechanism, t, made[1])
                 ctx.stored(made[0], made[1], now - first)

@@ -53,7 +53,9 @@ class PrivacyUnit(BaseModel):
     period_s: float
     eps_per_hour: float                # basic composition: eps_per_report x 3600 / period_s
     eps_per_day: float                 # eps_per_report x 86400 / period_s
-    shuffle: Literal["uniform", "d_sigma", "buds", "mixed"]
+    # "none": secure aggregation (mechanism prio3): no shuffle guarantee is claimed; central_eps and
+    # central_delta are the central noise's, which holds if the fog or the fusion center is honest.
+    shuffle: Literal["uniform", "d_sigma", "buds", "mixed", "none"]
     central_eps: float | None = None   # after the shuffle: the weakest window's central eps (uniform/BUDS only)
     central_delta: float | None = None
     d_sigma_alpha: float | None = None  # alpha of the windows shuffled by Mallows (d_sigma privacy of the order)

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 
 from rase_device import wire
 from rase_device.prio3 import NONCE_SIZE, Prio3
-from rase_device.secagg import chunk_length, make_vdaf, product_period_s
+from rase_device.secagg import chunk_length, make_vdaf, params_text, product_period_s, report_ctx
 
 PRIO3_TYPES = ("prio3_batch", "prio3_verify", "prio3_share")
 MAX_REPORTS = 10_000_000
@@ -88,6 +88,21 @@ class Prio3Params(BaseModel):
         return _vdaf_of(self.kind, self.max_measurement, self.buckets, self.chunk_length)
 
     @property
+    def text(self) -> str:
+        """The canonical text every report's context commits to (rase_device.secagg.params_text)."""
+        return params_text(self.wire())
+
+    @property
+    def params_id(self) -> str:
+        """The digest of `text` in every report's context and "p" field: two
+        params with the same id make and verify the same reports."""
+        return _params_id_of(self.text)
+
+    def ctx(self, region: str, t: int) -> bytes:
+        """The Prio3 context of a report of (region, t) under these params."""
+        return report_ctx(region, t, self.params_id)
+
+    @property
     def sensitivity(self) -> int:
         """How far one device's report moves the aggregate (L1, replacing one
         report): the range in grid steps (sum), 1 (count), 2 (histogram: one
@@ -101,6 +116,14 @@ class Prio3Params(BaseModel):
         """Bytes of (nonce, public share, leader share, sealed helper share)."""
         v = self.vdaf()
         return NONCE_SIZE, v.public_share_size(), v.input_share_size(0), v.input_share_size(1) + SEAL_OVERHEAD
+
+
+@functools.lru_cache(maxsize=64)
+def _params_id_of(text: str) -> str:
+    from rase_device.turboshake import TurboShake128
+    from rase_device.secagg import PARAMS_DOMAIN, PARAMS_LABEL
+
+    return TurboShake128(PARAMS_DOMAIN).update(PARAMS_LABEL + text.encode()).read(16).hex()
 
 
 @functools.lru_cache(maxsize=64)
@@ -189,11 +212,21 @@ class Prio3Batch(_Part):
 
 
 class Prio3Verify(_Part):
-    """Helper -> leader: the helper's verifier shares and what it accepted (a part)."""
+    """Helper -> leader: the helper's verifier shares and what it accepted (a
+    part), with its reasons for the part's reports it did not accept; or, with
+    `refused`, why it will not verify the batch at all (then no shares)."""
     type: Literal["prio3_verify"] = "prio3_verify"
-    helper_verifier_shares: str
-    helper_live: str
-    helper_accepted: str
+    helper_verifier_shares: str = ""
+    helper_live: str = ""
+    helper_accepted: str = ""
+    helper_rejected: dict[str, StrictInt] = {}          # by reason; they add up to the part's rejected reports
+    refused: str | None = Field(None, max_length=64)     # e.g. params_mismatch, batch_conflict
+
+    @model_validator(mode="after")
+    def _small_reasons(self) -> "Prio3Verify":
+        if len(self.helper_rejected) > 16 or any(len(k) > 40 for k in self.helper_rejected):
+            raise ValueError("helper_rejected must be a small table of reasons")
+        return self
 
     def columns(self, vdaf: Prio3) -> tuple[list[bytes | None], np.ndarray]:
         n = self.count
@@ -201,6 +234,37 @@ class Prio3Verify(_Part):
         live = unpack_mask(self.helper_live, n, "helper_live")
         return [s if ok else None for s, ok in zip(shares, live)], unpack_mask(self.helper_accepted, n,
                                                                                "helper_accepted")
+
+
+class Prio3Statement(BaseModel):
+    """The leader's own account of one window (region, t): what it sent, what
+    it and the helper accepted and rejected, by reason, as the leader saw it,
+    and where the helper's answer contradicted the leader's checks. The fog
+    publishes it on rase/v1/prio3/statements/{region}, a topic only the fog
+    may write (so a lying fusion center cannot forge it), and sends it inside
+    its Prio3Share (the aggregate carries it). Counts only: no device, no position."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["prio3_statement"] = "prio3_statement"
+    v: Literal[1] = 1
+    region: str = Region
+    t: StrictInt = Field(ge=0, lt=1 << 40)
+    params_id: str = Field(max_length=64)          # the leader's own params (Prio3Params.params_id)
+    received: StrictInt = Field(ge=0)              # reports in the batch the leader sent
+    ingest_rejected: dict[str, StrictInt] = {}     # refused at the fog's ingest since its previous window, by reason
+    leader_rejected: dict[str, StrictInt] = {}     # failed the leader's verification, by reason
+    helper_accepted: StrictInt = Field(0, ge=0)    # what the helper's answer said it accepted
+    helper_rejected: dict[str, StrictInt] = {}     # the reasons the helper's answer gave
+    accepted: StrictInt = Field(0, ge=0)           # both accepted: what the leader's share sums
+    discrepancies: dict[str, StrictInt] = {}       # the helper's answer against the leader's checks, by kind
+    dropped: str | None = Field(None, max_length=64)
+    noise_draws: StrictInt = Field(1, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _small_tables(self) -> "Prio3Statement":
+        for table in (self.ingest_rejected, self.leader_rejected, self.helper_rejected, self.discrepancies):
+            if len(table) > 32 or any(len(k) > 48 for k in table):
+                raise ValueError("a statement's tables are small tables of reasons")
+        return self
 
 
 class Prio3Share(_Part):
@@ -216,6 +280,7 @@ class Prio3Share(_Part):
     # Reports the helper accepted but the leader rejected, by the leader's reason.
     leader_rejected: dict[str, StrictInt] = {}
     noise_draws: StrictInt = Field(1, ge=0, le=1)      # 0: the leader added none (a test-only setting)
+    statement: Prio3Statement | None = None            # the leader's account (also on its own topic)
 
     @model_validator(mode="after")
     def _share_or_reason(self) -> "Prio3Share":
@@ -249,6 +314,9 @@ class Prio3Report(BaseModel):
     t: StrictInt = Field(ge=0)
     eps: float | StrictInt = Field(gt=0)
     seq: StrictInt = Field(ge=0)
+    # The params id the report's context was made with (rase_device.secagg.params_id);
+    # None: a device from before issue 26, refused as params_mismatch.
+    p: str | None = Field(None, max_length=64)
     nonce: str = Field(max_length=64)
     pub: str = Field(max_length=256)
     leader: str = Field(max_length=16_384)
@@ -287,12 +355,33 @@ class WallClock(BaseModel):
 
     @classmethod
     def of(cls, t: int, epoch0: float, period_s: float) -> "WallClock":
-        start, end = epoch0 + t * period_s, epoch0 + (t + 1) * period_s
-        return cls(t_start=start, t_end=end, t_start_iso=_iso(start), t_end_iso=_iso(end), period_s=period_s)
+        return cls.span(epoch0 + t * period_s, epoch0 + (t + 1) * period_s)
+
+    @classmethod
+    def span(cls, start: float, end: float) -> "WallClock":
+        return cls(t_start=start, t_end=end, t_start_iso=_iso(start), t_end_iso=_iso(end), period_s=end - start)
 
 
 def _iso(unix_s: float) -> str:
     return datetime.fromtimestamp(unix_s, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class PartyView(BaseModel):
+    """One region's window as one aggregator saw it."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    received: int                              # reports in the batch
+    accepted: int                              # reports both accepted, by this party's count
+    rejected: dict[str, int] = {}              # by this party's verification, by reason
+    ingest_rejected: dict[str, int] = {}       # the leader: refused at the fog's ingest, by reason
+
+
+class RegionViews(BaseModel):
+    """A region's window as each aggregator saw it: the helper's own view and
+    the leader's statement as its share carried it (the fog publishes the same
+    statement on rase/v1/prio3/statements/{region}: compare the two)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    leader: PartyView | None = None            # None: the leader sent no statement
+    helper: PartyView
 
 
 class Prio3Summary(BaseModel):
@@ -310,6 +399,10 @@ class Prio3Summary(BaseModel):
     interval: str = "exact-noise"  # intervals are exact under the known noise distribution
     wall_clock: WallClock
     privacy: dict[str, float | str]
+    regions: dict[str, RegionViews] = {}   # region -> received/accepted/rejected as each party saw them
+    # Where one party's account contradicts the other's, by kind (docs/privacy.md section 7): an alarm.
+    discrepancies: dict[str, int] = {}
+    params_id: str = ""                    # the params the aggregate was verified and noised under (the helper's own)
 
 
 def nonce_digest(nonces: list[bytes], mask) -> str:

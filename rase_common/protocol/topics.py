@@ -18,6 +18,11 @@ STATUS_FILTER = "rase/v1/status/+"
 PRIO3_VERIFY_PREFIX = "rase/v1/prio3/verify/"
 PRIO3_VERIFY_FILTER = PRIO3_VERIFY_PREFIX + "+"
 KAFKA_PRIO3_VERIFY_TOPIC = "rase.prio3.verify"
+# The leader's own account of each window (Prio3Statement): only the fog of the region may write it.
+PRIO3_STATEMENTS_PREFIX = "rase/v1/prio3/statements/"
+PRIO3_STATEMENTS_FILTER = PRIO3_STATEMENTS_PREFIX + "+"
+# Per-t aggregates (the fog, as Prio3's leader, compares them with its own statements).
+AGGREGATES_T_FILTER = AGGREGATES_PREFIX + "t/+"
 FEEDBACK_PREFIX = "rase/v1/feedback/"
 # The fusion center to a region's fog: the windows it stored (rase_common.protocol.window.WindowReceipt).
 WINDOW_RECEIPTS_PREFIX = "rase/v1/windows-kept/"
@@ -48,6 +53,11 @@ def prio3_verify_topic(region: str) -> str:
     return f"{PRIO3_VERIFY_PREFIX}{region}"
 
 
+def prio3_statement_topic(region: str) -> str:
+    """Where the fog (Prio3's leader for region) publishes its own account of each window."""
+    return f"{PRIO3_STATEMENTS_PREFIX}{region}"
+
+
 def aggregate_topic(t: int) -> str:
     return f"{AGGREGATES_PREFIX}t/{t}"
 
@@ -66,4 +76,5 @@ __all__ = ["CONTROL_TOPIC", "report_topic", "status_topic", "feedback_topic", "r
            "aggregate_topic", "parse_report_topic", "fusion_status_topic", "REPORTS_PREFIX", "WINDOWS_PREFIX",
            "WINDOWS_FILTER", "AGGREGATES_PREFIX", "AGGREGATES_FILTER", "AGGREGATE_LATEST_TOPIC", "STATUS_FILTER",
            "FEEDBACK_PREFIX", "PRIO3_VERIFY_PREFIX", "PRIO3_VERIFY_FILTER", "KAFKA_PRIO3_VERIFY_TOPIC",
-           "prio3_verify_topic", "WINDOW_RECEIPTS_PREFIX", "window_receipts_topic"]
+           "prio3_verify_topic", "WINDOW_RECEIPTS_PREFIX", "window_receipts_topic", "PRIO3_STATEMENTS_PREFIX",
+           "PRIO3_STATEMENTS_FILTER", "prio3_statement_topic", "AGGREGATES_T_FILTER"]

@@ -19,7 +19,7 @@ from rase_device.ledger import BudgetLedger
 from rase_device.policy import LocalPolicy
 from rase_device.prio3_report import helper_share_info
 from rase_device.randomizer import Calibration
-from rase_device.secagg import encode_report, report_ctx
+from rase_device.secagg import encode_report
 from rase_device import hpke
 from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.prio3 import Prio3Params
@@ -58,6 +58,7 @@ class Deployment:
     def fog_settings(self, port: int, **extra) -> dict:
         return dict(name="sa-fog", regions={self.region: {"devices": self.devices}}, period_s=self.period_s,
                     k_min=self.k_min, lateness_periods=50, device_mechanism="prio3", x_max=self.x_max, bands=BANDS,
+                    eps_levels=[self.dp_eps],
                     journal_path=str(self.work / "fog.sqlite"), broker={"port": port}, tick_s=0.02,
                     prio3={"verify_key_file": self.keys["verify_key_file"], "params": self.params.model_dump(),
                            "unsafe_no_noise_for_tests": not self.noise, "verify_timeout_s": 5.0},
@@ -101,13 +102,13 @@ def forged_report(dep: Deployment, t: int, seq: int = 1) -> str:
     encoding: a 2 where the circuit wants bits) with the proof an honest prover
     computes for it: well-formed, sealed to the right key, and false."""
     vdaf = dep.params.vdaf()
-    ctx = report_ctx(dep.region, "per-t", t)
+    ctx = dep.params.ctx(dep.region, t)
     meas = [2] + [0] * (vdaf.MEAS_LEN - 1)
     nonce = os.urandom(16)
     public, shares = vdaf.shard_encoded(ctx, meas, nonce, os.urandom(vdaf.RAND_SIZE))
     sealed = hpke.seal(bytes.fromhex(dep.keys["public_key"]), helper_share_info(ctx, nonce, public), b"", shares[1],
                        os.urandom)
-    return encode_report(t, dep.dp_eps, seq, (nonce, public, shares[0], sealed))
+    return encode_report(t, dep.dp_eps, seq, (nonce, public, shares[0], sealed), dep.params.params_id)
 
 
 class AckedPublisher:

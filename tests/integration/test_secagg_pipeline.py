@@ -23,6 +23,7 @@ from fog_shuffler.service import FogService
 from fusion_center.config import FusionConfig
 from fusion_center.service import FusionService
 from rase_common.protocol.aggregate import Aggregate
+from rase_common.protocol.prio3 import Prio3Statement
 from tests.integration.secagg_support import AckedPublisher, Deployment, forged_report, wait, window_reports
 from tests.mqtt_helpers import Recorder, ServiceThread
 
@@ -31,7 +32,8 @@ READINGS = [0.0, 3.0, 9.6, 10.4, 55.0, 99.5, 100.0, 250.0, 999.0, 1000.2, 2500.0
 
 
 def run_window(dep: Deployment, port: int, *, forged: bool, fog_extra=None, fusion_extra=None,
-               recorder_topics=("rase/v1/windows/#",)) -> tuple[Aggregate, Recorder]:
+               recorder_topics=("rase/v1/windows/#", "rase/v1/prio3/statements/#")
+               ) -> tuple[Aggregate, Recorder, FogService]:
     fog = ServiceThread(FogService(FogConfig.load(None, **dep.fog_settings(port, **(fog_extra or {})))))
     fusion = ServiceThread(FusionService(FusionConfig.load(None, **dep.fusion_settings(port, **(fusion_extra or {})))))
     rec = Recorder(port, list(recorder_topics))
@@ -49,7 +51,10 @@ def run_window(dep: Deployment, port: int, *, forged: bool, fog_extra=None, fusi
         assert wait(lambda: fusion.service.store.count() >= 1, 60), "no aggregate published"
         row = fusion.service.store.recent("all", t, t)
         assert row, fusion.service.store.recent("all", 0, 1 << 40)
-        return Aggregate.model_validate(row[0]), rec
+        # The fog states its own account on its topic, and compares the published aggregate with it.
+        leader = fog.service.roles.get("prio3").leader
+        assert wait(lambda: rec.on("rase/v1/prio3/statements/") and leader.checked >= 1, 30)
+        return Aggregate.model_validate(row[0]), rec, fog.service
     finally:
         pub.close()
         fog.stop()
@@ -60,7 +65,7 @@ def run_window(dep: Deployment, port: int, *, forged: bool, fog_extra=None, fusi
 def test_the_published_total_is_the_exact_sum_of_the_accepted_reports_and_a_forged_one_is_counted(
         kind, mosquitto, tmp_path):
     dep = Deployment(tmp_path, kind=kind)
-    agg, rec = run_window(dep, mosquitto.port, forged=True)
+    agg, rec, fog = run_window(dep, mosquitto.port, forged=True)
     honest = READINGS[:len(dep.devices) - 1]
     truth = [dep.measurement(x) for x in honest]
     s = agg.prio3
@@ -77,6 +82,19 @@ def test_the_published_total_is_the_exact_sum_of_the_accepted_reports_and_a_forg
         assert s.counts == [float(truth.count(b)) for b in range(len(s.counts))]
         assert [f.value for f in agg.frequencies] == pytest.approx([truth.count(b) / len(truth) for b in range(4)])
     assert s.wall_clock.t_end - s.wall_clock.t_start == dep.period_s and s.privacy["eps_per_release"] == 1.0
+    # Every wall-clock field and the privacy unit (issue 26), and each party's view of the window.
+    assert (agg.t_start, agg.t_end, agg.period_s) == (s.wall_clock.t_start, s.wall_clock.t_end, dep.period_s)
+    assert agg.t_start_iso.endswith("Z") and agg.t_end_iso.endswith("Z")
+    assert agg.privacy_unit.eps_per_report == 1.0 and agg.privacy_unit.central_eps == 1.0
+    assert (agg.clipping is not None) == (kind == "sum")
+    views = s.regions[dep.region]
+    assert views.leader.received == views.helper.received == len(honest) + 1
+    assert views.leader.accepted == views.helper.accepted == len(honest) and s.discrepancies == {}
+    (statement,) = [Prio3Statement.model_validate_json(m.payload) for m in rec.on("rase/v1/prio3/statements/")]
+    assert (statement.t, statement.received, statement.accepted) == (agg.t, len(honest) + 1, agg.n)
+    assert statement.leader_rejected == {"proof_invalid": 1} and statement.discrepancies == {}
+    assert not any(s.value for m in fog.metrics.registry.collect() if m.name == "rase_fog_prio3_helper_discrepancies"
+                   for s in m.samples)
     # What the fusion center was sent: batches and shares without a device id or a report's topic.
     sent = [m.payload for m in rec.on("rase/v1/windows/")]
     assert sent and all(json.loads(p)["type"] in ("prio3_batch", "prio3_share") for p in sent)
@@ -86,7 +104,9 @@ def test_the_published_total_is_the_exact_sum_of_the_accepted_reports_and_a_forg
         assert set(json.loads(payload)) <= {"type", "v", "region", "t", "total", "first", "count", "params", "nonces",
                                             "public_shares", "sealed", "leader_verifier_shares", "leader_live",
                                             "ingest_rejected", "leader_accepted", "accepted", "accepted_digest",
-                                            "agg_share", "dropped", "leader_rejected", "noise_draws"}
+                                            "agg_share", "dropped", "leader_rejected", "noise_draws", "statement"}
+        statement = json.loads(payload).get("statement") or {}      # the leader's account: counts only
+        assert set(statement) <= set(Prio3Statement.model_fields)
     # The fog keeps no device beside a closed window's shares.
     db = sqlite3.connect(tmp_path / "fog.sqlite")
     assert db.execute("SELECT COUNT(*) FROM prio3_reports").fetchone()[0] == 0
@@ -102,7 +122,7 @@ def test_with_noise_the_total_is_near_the_truth_and_its_interval_is_the_exact_on
     from rase_common.mechanisms.prio3 import noise_law
 
     dep = Deployment(tmp_path, noise=True)
-    agg, _ = run_window(dep, mosquitto.port, forged=False)
+    agg, _, _ = run_window(dep, mosquitto.port, forged=False)
     truth = sum(dep.measurement(x) for x in READINGS)
     law = noise_law(4000, 1.0, 2)
     assert agg.prio3.noise["draws"] == 2 and agg.prio3.noise["scale_per_draw"] == law.scale
@@ -116,7 +136,7 @@ def test_fog_to_fusion_through_tansu(mosquitto, tansu, tmp_path):
     Kafka (rase.windows and rase.prio3.verify); devices still use MQTT."""
     dep = Deployment(tmp_path, kind="count")
     kafka = {"bootstrap_servers": tansu.bootstrap, "idempotent": False}
-    agg, _ = run_window(dep, mosquitto.port, forged=True, fog_extra={"sink": "kafka", "kafka": kafka},
+    agg, _, _ = run_window(dep, mosquitto.port, forged=True, fog_extra={"sink": "kafka", "kafka": kafka},
                         fusion_extra={"source": "kafka", "kafka": kafka})
     truth = [dep.measurement(x) for x in READINGS[:len(dep.devices) - 1]]
     assert agg.prio3.total == sum(truth) and agg.n == len(truth) and agg.prio3.rejected == {"proof_invalid": 1}
@@ -140,7 +160,6 @@ def test_a_real_agent_ignores_a_forged_control_message_with_another_key_id(mosqu
     from rase_common.protocol.prio3 import Prio3Report
     from rase_common.secagg import read_key
     from rase_common.vdaf import open_helper_shares
-    from rase_device.secagg import report_ctx
     from tests.mqtt_helpers import publish_retained
 
     dep = Deployment(tmp_path, period_s=1.0)
@@ -170,4 +189,4 @@ def test_a_real_agent_ignores_a_forged_control_message_with_another_key_id(mosqu
     for m in rec.on("rase/v1/reports/"):
         rep = Prio3Report.model_validate_json(m.payload)
         nonce, pub, _, sealed = rep.shares(dep.params.report_sizes())
-        assert open_helper_shares(sk, report_ctx("r1", "per-t", rep.t), [nonce], [pub], [sealed])[0] is not None
+        assert open_helper_shares(sk, dep.params.ctx("r1", rep.t), [nonce], [pub], [sealed])[0] is not None

@@ -61,7 +61,7 @@ def test_every_alert_is_tested_firing():
 @pytest.mark.parametrize("alert", alerts(), ids=lambda a: a["alert"])
 def test_rules_read_exported_metrics(alert):
     exported = exported_metric_names() | {"up"} | PENDING_METRICS
-    used = set(re.findall(r"\b(rase_[a-z_]+|up)\b(?!\s*\()", alert["expr"]))
+    used = set(re.findall(r"\b(rase_[a-z0-9_]+|up)\b(?!\s*\()", alert["expr"]))
     assert used and used <= exported, sorted(used - exported)
     assert alert["labels"]["severity"] in ("warning", "critical")
     assert alert["annotations"]["summary"] and alert["annotations"]["description"]

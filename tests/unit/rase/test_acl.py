@@ -27,15 +27,18 @@ def blocks(acl: str) -> dict[str, list[str]]:
 def test_each_fog_and_device_gets_exactly_its_own_topics():
     acl = blocks(build_acl([FogUsers("a", {"r1": ["d1", "d2"]}), FogUsers("b", {"r2": ["d3"], "r3": ["d4"]})],
                            fusion="fusion-x", subscribers=["dash", "ha"]))
+    # As Prio3's leader a fog writes its own regions' statements (no one else may) and reads the aggregates.
     assert acl["fog-a"] == ["topic read rase/v1/reports/r1/+", "topic read rase/v1/control/precision",
                             "topic write rase/v1/windows/r1", "topic read rase/v1/prio3/verify/r1",
+                            "topic write rase/v1/prio3/statements/r1", "topic read rase/v1/aggregates/t/+",
                             "topic write rase/v1/feedback/r1/+", "topic read rase/v1/windows-kept/r1"]
     assert acl["fog-b"] == ["topic read rase/v1/reports/r2/+", "topic read rase/v1/reports/r3/+",
                             "topic read rase/v1/control/precision", "topic write rase/v1/windows/r2",
                             "topic write rase/v1/windows/r3", "topic read rase/v1/prio3/verify/r2",
-                            "topic read rase/v1/prio3/verify/r3", "topic write rase/v1/feedback/r2/+",
-                            "topic write rase/v1/feedback/r3/+", "topic read rase/v1/windows-kept/r2",
-                            "topic read rase/v1/windows-kept/r3"]
+                            "topic read rase/v1/prio3/verify/r3", "topic write rase/v1/prio3/statements/r2",
+                            "topic write rase/v1/prio3/statements/r3", "topic read rase/v1/aggregates/t/+",
+                            "topic write rase/v1/feedback/r2/+", "topic write rase/v1/feedback/r3/+",
+                            "topic read rase/v1/windows-kept/r2", "topic read rase/v1/windows-kept/r3"]
     assert acl["fusion-x"][:3] == ["topic read rase/v1/windows/r1", "topic read rase/v1/windows/r2",
                                    "topic read rase/v1/windows/r3"]
     # Secure aggregation: the helper answers each region's leader on that region's verify topic only.
@@ -49,9 +52,13 @@ def test_each_fog_and_device_gets_exactly_its_own_topics():
                          "topic read rase/v1/control/precision", "topic read rase/v1/feedback/r3/d4"]
     # Subscribers read what interprets an aggregate: the control message, whether the fusion center is
     # up, and the Home Assistant discovery config.
+    # and the fogs' own Prio3 statements, to check each aggregate against the leader's account.
     assert acl["dash"] == acl["ha"] == ["topic read rase/v1/aggregates/#", "topic read rase/v1/control/precision",
                                         "topic read rase/v1/fusion/x/status",
-                                        "topic read homeassistant/device/rase_x/config"]
+                                        "topic read homeassistant/device/rase_x/config",
+                                        "topic read rase/v1/prio3/statements/+"]
+    # Only the fogs write statements: not the fusion center.
+    assert not any("statements" in t for t in acl["fusion-x"])
     assert acl["health"] == acl["broker-metrics"] == ["topic read $SYS/#"]
     # Nobody but the fusion center reads windows; no wildcard write anywhere.
     assert all("#" not in t for ts in acl.values() for t in ts if t.startswith("topic write"))

@@ -13,7 +13,7 @@ from rase_device.core import AgentCore
 from rase_device.ledger import BudgetLedger
 from rase_device.policy import LocalPolicy
 from rase_device.randomizer import Calibration
-from rase_device.secagg import Prio3Client, b64encode, product_period_s, report_ctx
+from rase_device.secagg import Prio3Client, b64encode, params_id, params_text, product_period_s, report_ctx
 from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.prio3 import Prio3Params, Prio3Report
 from rase_common.vdaf import Prio3Aggregator, generate_keypair, open_helper_shares
@@ -42,8 +42,9 @@ def core(tmp_path, key_id="fc-1", pk=PK, eps=1.0, period_s=8.0, **kw) -> AgentCo
 def verify(payload: str, params: Prio3Params, region="r1", sk=SK) -> int | list[int]:
     """Open and verify one report as the two aggregators do; its measurement."""
     rep = Prio3Report.model_validate_json(payload)
+    assert rep.p == params.params_id, "the report names the params its context was made with"
     nonce, pub, leader_share, sealed = rep.shares(params.report_sizes())
-    ctx = report_ctx(region, params.product, rep.t)
+    ctx = params.ctx(region, rep.t)
     vdaf = params.vdaf()
     helper_share = open_helper_shares(sk, ctx, [nonce], [pub], [sealed])[0]
     assert helper_share is not None, "the helper share must open with the helper's key"
@@ -65,7 +66,53 @@ def test_product_periods_and_the_context_binding():
     assert [product_period_s(p, 8) for p in ("per-t", "hourly", "daily")] == [8, 3600, 86400]
     with pytest.raises(ValueError, match="product"):
         product_period_s("weekly", 8)
-    assert report_ctx("r1", "hourly", 7) == b"rase/v1/prio3/r1/hourly/7"
+    pid = "0123456789abcdef0123456789abcdef"
+    assert report_ctx("r1", 7, pid) == b"rase/v1/prio3/r1/7/" + pid.encode()
+
+
+# The canonical params text of docs/api.md ("The report context"), one per kind, and its digest.
+PARAMS_TEXTS = [
+    (dict(kind="sum", product="per-t", max_measurement=4000, dp_eps=1.0, key_id="fc-655f94ec39e4"),
+     "vdaf=2;max_measurement=4000|product=per-t|helper_key_id=fc-655f94ec39e4|noise=discrete_laplace;dp_eps=1"),
+    (dict(kind="count", product="per-t", dp_eps=0.5, key_id="k"),
+     "vdaf=1|product=per-t|helper_key_id=k|noise=discrete_laplace;dp_eps=0.5"),
+    (dict(kind="histogram", product="per-t", buckets=4, chunk_length=2, dp_eps=10 / 24, key_id="k"),
+     "vdaf=4;length=4;chunk_length=2|product=per-t|helper_key_id=k|noise=discrete_laplace;dp_eps=0.416667"),
+    (dict(kind="sum", product="hourly", max_measurement=4095, dp_eps=2.5e-5, key_id="k"),
+     "vdaf=2;max_measurement=4095|product=hourly|helper_key_id=k|noise=discrete_laplace;dp_eps=2.5e-05"),
+]
+
+
+@pytest.mark.parametrize("params,text", PARAMS_TEXTS)
+def test_the_params_text_and_id_are_the_same_on_the_device_and_the_server(params, text):
+    model = Prio3Params(**params)
+    parsed = wire.parse_prio3(json.loads(json.dumps(model.wire())))     # what a device takes from the wire
+    assert params_text(parsed) == model.text == text
+    assert params_id(parsed) == model.params_id and len(model.params_id) == 32
+    assert model.ctx("r1", 9) == report_ctx("r1", 9, model.params_id)
+
+
+def test_the_documented_example_of_docs_api():
+    """docs/api.md, "The report context": the example's params id and context."""
+    model = Prio3Params(**PARAMS_TEXTS[0][0])
+    assert model.params_id == "9fe0d8c2014a9ee236e3dffc07958726"
+    assert model.ctx("r1", 9) == b"rase/v1/prio3/r1/9/9fe0d8c2014a9ee236e3dffc07958726"
+
+
+def test_every_params_field_changes_the_id():
+    base = Prio3Params(**PARAMS_TEXTS[0][0])
+    changed = [base.model_copy(update=u) for u in ({"max_measurement": 4095}, {"product": "hourly"},
+                                                     {"key_id": "fc-other"}, {"dp_eps": 100.0})]
+    changed += [Prio3Params(kind="count", product="per-t", dp_eps=1.0, key_id=base.key_id)]
+    assert len({p.params_id for p in [base, *changed]}) == len(changed) + 1
+
+
+@pytest.mark.micropython
+def test_the_params_id_under_micropython(micropython):
+    code = "import json\nfrom rase_device.secagg import params_id, params_text\n" + "".join(
+        f"print(json.dumps([params_text({params!r}), params_id({params!r})]))\n" for params, _ in PARAMS_TEXTS)
+    lines = micropython([code])[0].strip().splitlines()
+    assert [json.loads(x) for x in lines] == [[t, Prio3Params(**p).params_id] for p, t in PARAMS_TEXTS]
 
 
 # -- the control message's prio3 object: the device's parser and the server's model agree ----------
@@ -135,7 +182,7 @@ def test_a_forged_control_message_with_another_key_id_changes_nothing(tmp_path):
     assert verify(payload, control(dp_eps=0.5).prio3) == 1234      # still sealed to the pinned key
     rep = Prio3Report.model_validate_json(payload)
     nonce, pub, _, sealed = rep.shares(control().prio3.report_sizes())
-    assert open_helper_shares(OTHER_SK, report_ctx("r1", "per-t", rep.t), [nonce], [pub], [sealed]) == [None]
+    assert open_helper_shares(OTHER_SK, control().prio3.ctx("r1", rep.t), [nonce], [pub], [sealed]) == [None]
 
 
 # -- reports ---------------------------------------------------------------------------------------------

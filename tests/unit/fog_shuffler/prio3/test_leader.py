@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rase_device.prio3_report import make_report
-from rase_device.secagg import encode_report, report_ctx
+from rase_device.secagg import encode_report
 from fog_shuffler.ingest import IngestRules, Rejected
 from fog_shuffler.prio3.leader import Prio3FogConfig, Prio3Leader
 from fog_shuffler.prio3.leader_rules import (Prio3Accepted, close_batch, finish_window, helper_columns, split_prio3,
@@ -44,7 +44,7 @@ def rules() -> IngestRules:
 
 
 def report(p: Prio3Params, m: int, t: int = 100, region="r1") -> tuple[bytes, bytes, bytes, bytes]:
-    return make_report(p.vdaf(), report_ctx(region, p.product, t), m, PK)
+    return make_report(p.vdaf(), p.ctx(region, t), m, PK)
 
 
 def forged(p: Prio3Params, t: int = 100) -> tuple[bytes, bytes, bytes, bytes]:
@@ -52,7 +52,7 @@ def forged(p: Prio3Params, t: int = 100) -> tuple[bytes, bytes, bytes, bytes]:
     from rase_device.prio3_report import helper_share_info
 
     vdaf = p.vdaf()
-    ctx = report_ctx("r1", p.product, t)
+    ctx = p.ctx("r1", t)
     nonce = os.urandom(16)
     public, shares = vdaf.shard_encoded(ctx, [2] + [0] * (vdaf.MEAS_LEN - 1), nonce, os.urandom(vdaf.RAND_SIZE))
     return nonce, public, shares[0], hpke.seal(PK, helper_share_info(ctx, nonce, public), b"", shares[1], os.urandom)
@@ -64,9 +64,9 @@ def exchange(p, reports, *, k_min=3, tamper=None, t=100):
     parts = [Prio3Batch.model_validate_json(m) for m in closed.messages]
     answer = answer_batch(p, VERIFY_KEY, ShareOpener(SK, 1), "r1", t, parts)
     replies = [Prio3Verify.model_validate_json(m) for m in answer.messages]
-    helper_vs, helper_acc = helper_columns(p, replies, len(reports))
+    helper = helper_columns(p, replies, len(reports))
     batch = [reports[i] for i in closed.order]
-    share, n = finish_window(p, closed.aggregator, "r1", t, [r[0] for r in batch], helper_vs, helper_acc, k_min,
+    share, n = finish_window(p, closed.aggregator, "r1", t, [r[0] for r in batch], helper, k_min,
                              noise=False)
     if tamper:
         share = tamper(share)
@@ -149,7 +149,7 @@ def test_close_shuffles_uniformly():
 # -- ingest ---------------------------------------------------------------------------------------------
 
 def payload(p, m=5, t=100, eps=1.0, **change):
-    d = json.loads(encode_report(t, eps, 1, report(p, m, t)))
+    d = json.loads(encode_report(t, eps, 1, report(p, m, t), p.params_id))
     d.update(change)
     return json.dumps(d).encode()
 

@@ -5,6 +5,7 @@ refused, the helper's answer (made by the helper's own rules) brings the
 leader's share, and closed windows' nonces are pruned."""
 
 import asyncio
+import json
 
 import pytest
 
@@ -93,3 +94,44 @@ def test_a_malformed_answer_is_refused_and_counted(tmp_path, bad):
         await task
     asyncio.run(run())
     assert fog.metrics.value("reports_rejected", reason="prio3_reply_invalid") == 1
+
+
+@pytest.mark.parametrize("change", [{"prio3": {"dp_eps": 100.0}, "eps_levels": [100.0]},
+                                    {"prio3": {"max_measurement": 4095}}, {"prio3": {"product": "hourly"}},
+                                    {"period_s": 16.0}, {"epoch0": 5.0}, {"mechanism": "duchi"}])
+def test_a_control_message_with_other_prio3_params_or_schedule_changes_nothing_at_the_leader(tmp_path, change):
+    """Issue 26: the leader's params are its own. A control message that says
+    otherwise is refused whole (quarantined as control_params_mismatch), the
+    fog keeps its params and its schedule, and the alarm gauge is 1 until a
+    control message that agrees with the fog's own comes."""
+    dep = Deployment(tmp_path, devices=DEVICES, period_s=8.0)
+    fog = FogService(FogConfig.load(None, **dep.fog_settings(1)), clock=ManualClock(81.0), source=MemorySource(),
+                     sink=MemorySink())
+    other = json.loads(dep.control.model_dump_json(exclude_none=True))
+    for key, value in change.items():
+        if key == "prio3":
+            other["prio3"].update(value)
+            if "max_measurement" in value:
+                other["x_max"] = float(value["max_measurement"])
+        else:
+            other[key] = value
+    if other.get("mechanism") != "prio3":
+        other.pop("prio3", None)
+    own = fog.ctx.gate.current
+    leader = fog.roles.get("prio3").leader
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(fog.run(stop))
+        await settle()
+        fog.ctx.source.put(topics.CONTROL_TOPIC, json.dumps(other))
+        await settle()
+        assert fog.ctx.gate.current == own and leader.metrics.params_mismatch._value.get() == 1
+        fog.ctx.source.put(topics.CONTROL_TOPIC, dep.control.model_dump_json(exclude_none=True))    # agrees again
+        await settle()
+        assert leader.metrics.params_mismatch._value.get() == 0
+        stop.set()
+        await task
+    asyncio.run(run())
+    assert fog.metrics.value("reports_rejected", reason="control_params_mismatch") == 1
+    assert leader.metrics.refused.labels("control_params_mismatch")._value.get() == 1

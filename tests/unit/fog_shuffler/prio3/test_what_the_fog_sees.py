@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from rase_device.secagg import report_ctx
 from rase_common.protocol.prio3 import Prio3Params
 from rase_common.vdaf import generate_keypair
 from rase_common.vdaf.fast_client import FastPrio3, fast_make_report
@@ -31,7 +30,7 @@ def leader_view(kind: str, measurement: int, seed: int) -> tuple[np.ndarray, lis
     params = Prio3Params.for_deployment(kind, key_id="k", dp_eps=1.0, grid_steps=4000, bands=[10.0, 100.0, 1000.0])
     vdaf = FastPrio3(params.vdaf())
     read = XorShiftBytes(seed)
-    ctx = report_ctx("r1", "per-t", 7)
+    ctx = params.ctx("r1", 7)
     rows, publics = [], []
     for _ in range(REPORTS):
         _, public, leader, _ = fast_make_report(vdaf, ctx, measurement, PK, read)

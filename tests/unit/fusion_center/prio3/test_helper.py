@@ -87,14 +87,19 @@ def test_the_intake_stores_parts_once_counts_bad_ones_and_answers_a_repeat_again
     hs: HelperStore = helper.store
     bad = helper.take([b'{"type":"prio3_batch","v":1}', b"not json"], 1.0, lambda t: False)
     assert [b[0] for b in bad] == ["prio3_invalid", "prio3_invalid"]
-    assert hs.add([("r1", 5, 0, "part")], [], 1.0) == []
+    assert hs.add([("r1", 5, 0, "part")], [], 1.0) == ([], {}, {})
     hs.answered("r1", 5, ["answer"], 2.0)
     for row in hs.unsent():
         hs.mark_sent(*row[:3])
-    assert hs.add([("r1", 5, 0, "part")], [], 3.0) == [("r1", 5)]    # the leader asked again
+    assert hs.add([("r1", 5, 0, "part")], [], 3.0) == ([("r1", 5)], {}, {})    # the leader asked again
     assert [r[3] for r in hs.unsent()] == ["answer"]
     hs.finish("r1", 5, None, 4.0, "under_k_min")
-    assert hs.add([("r1", 5, 0, "part")], [("r1", 5, "share")], 5.0) == [] and hs.windows() == []
+    # After the window is finished: the same part again is ignored; a share for it is late (ignored);
+    # another part for it is refused.
+    assert hs.add([("r1", 5, 0, "part")], [("r1", 5, "share")], 5.0) == ([], {}, {})
+    assert hs.add([("r1", 5, 0, "other part")], [], 5.0) == ([], {0: "batch_conflict"}, {})
+    assert hs.add([("r1", 5, 1, "a new part")], [], 5.0) == ([], {0: "batch_after_release"}, {})
+    assert hs.windows() == []
 
 
 def test_configs_bind_the_parties_to_their_keys(tmp_path):
