@@ -132,7 +132,8 @@ class AgentConfig(TomlSettings):
             "device": self.device, "region": self.region, "eps": self.eps,
             "budget_eps": self.budget_eps, "budget_period_s": self.budget_period_s,
             "period_s": self.period_s, "epoch0": self.epoch0,
-            "ledger_path": "rase_ledger.json",   # beside main.py, in the board's root folder "outbox_capacity": min(self.outbox_capacity, 64),
+            "ledger_path": "rase_ledger.json",   # beside main.py, in the board's root folder
+            "outbox_capacity": min(self.outbox_capacity, 64),
             "ledger_reserve_reports": self.board_ledger_reserve_reports,
             "calibration": self.calibration.model_dump(), "mechanism": self.mechanism,
             "broker": {"host": self.broker.host, "port": self.broker.port, "user": self.broker.username,

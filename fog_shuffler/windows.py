@@ -134,7 +134,7 @@ class WindowManager:
                 start = t if w.opened_at_t is None else max(t, w.opened_at_t)
                 if now_t >= start + 1 + self.lateness or self.complete(region, t):
                     out.append((region, t))
-            elif (len(w.reports) >= self.k_min and now_t > w.opened_at_t) or t < self.horizon_t(now_t) + 1 \
+            elif (len(w.reports) >= self.k_min and now_t > (w.opened_at_t or 0)) or t < self.horizon_t(now_t) + 1 \
                     or self.complete(region, t):
                 out.append((region, t))
         return sorted(out, key=lambda k: (k[1], k[0]))

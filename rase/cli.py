@@ -1021,8 +1021,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "simulation of the mechanisms or from `rase replay` outputs; attack: the "
                                     "random-forest re-identification attack against raw, BR, Laplace + uniform "
                                     "shuffle, BR + Mallows and RASE; counts: on/off counts and band frequencies "
-                                    "against eps; poison: m malicious devices of n per mean mechanism, before and after the fog's "
-                                    "detection. Tables on stdout, JSON and plots in --out (docs/evaluation.md).")
+                                    "against eps; poison: m malicious devices of n per mean mechanism, before and "
+                                    "after the fog's detection. Tables on stdout, JSON and plots in --out "
+                                    "(docs/evaluation.md).")
     ev.add_argument("what", choices=["utility", "attack", "counts", "poison"], help="which evaluation to run")
     ev.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
     ev.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12], help="e.g. 1,2,3 (default: all bundled)")

@@ -89,7 +89,7 @@ def parse_control(payload):
     try:
         msg = json.loads(payload)
     except (ValueError, TypeError):
-        raise ValueError("control message is not JSON")
+        raise ValueError("control message is not JSON") from None
     if not isinstance(msg, dict) or msg.get("v") != VERSION:
         raise ValueError("control message has no supported version")
     out = {}  # type: dict
@@ -105,7 +105,7 @@ def parse_control(payload):
     try:
         out["mechanism"] = check_mechanism(msg.get("mechanism", DEFAULT_MECHANISM))
     except ValueError as e:
-        raise ValueError("control field " + str(e))
+        raise ValueError("control field " + str(e)) from None
     if "epoch0" in msg:
         out["epoch0"] = _finite_number("epoch0", msg["epoch0"])
     _parse_schedule_change(msg, out)
@@ -113,7 +113,7 @@ def parse_control(payload):
     try:
         out["bands"] = check_bands(msg.get("bands", DEFAULT_BANDS))
     except ValueError as e:
-        raise ValueError("control field " + str(e))
+        raise ValueError("control field " + str(e)) from None
     if out["mechanism"] == PRIO3:
         out["prio3"] = parse_prio3(msg.get("prio3"))
         if out["eps_levels"] != [out["prio3"]["dp_eps"]]:

@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS prio3_outbox (region TEXT, t INTEGER, seq INTEGER, pa
                                          PRIMARY KEY (region, t, seq));
 """
 
-ReportRow = tuple[str, int, str, bytes, bytes, bytes, bytes, float]   # region, t, device, nonce, pub, leader, sealed, eps
+# region, t, device, nonce, public share, leader share, sealed helper share, eps
+ReportRow = tuple[str, int, str, bytes, bytes, bytes, bytes, float]
 
 
 class LeaderJournal:

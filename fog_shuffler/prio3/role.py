@@ -16,7 +16,7 @@ from typing import Any
 from fog_shuffler.context import FogContext
 from fog_shuffler.ingest import Accepted, IngestRules
 from fog_shuffler.prio3.leader import Prio3FogConfig, Prio3Leader
-from fog_shuffler.prio3.leader_rules import LEADER_REASONS, PRIO3
+from fog_shuffler.prio3.leader_rules import LEADER_REASONS, PRIO3, Prio3Accepted
 from fog_shuffler.protocol import Protocol
 from fog_shuffler.reports import ReportRole
 from fog_shuffler.windows import ClosedWindow, Outcome
@@ -84,6 +84,7 @@ class LeaderRole(ReportRole):
         ctx.screen.screen(rep)
         outcome = ctx.windows.add(rep, now_t)
         if outcome is Outcome.ACCEPTED:
+            assert isinstance(rep, Prio3Accepted)
             self.leader.accepted(rep)
             if ctx.windows.complete(rep.region, rep.t):
                 ctx.due.set()

@@ -110,7 +110,7 @@ def build_aggregate(t: int, ready: list[tuple[str, dict]], precision: ControlMes
     for w in windows_w:
         win[str(w)] = {name: WindowedOut(**windowed({**(history or {}).get(history_key("prio3", name), {}), t: e},
                                                     t, w, level)) for name, e in est.items()}
-    rejected = Counter()
+    rejected: Counter[str] = Counter()
     for r in records:
         rejected.update(r["rejected"])
         if r["ingest_rejected"]:
