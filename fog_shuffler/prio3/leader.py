@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter as PromCounter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -95,6 +96,11 @@ class Prio3Leader:
     """The leader's state and tasks inside a FogService (wiring: the fog's
     ingest calls validate/accepted/reply/commit, its closer calls close)."""
 
+    # open() and connect() make these; nothing reads them before.
+    journal: LeaderJournal
+    sink: Any
+    sender: OutboxSender
+
     def __init__(self, cfg: Prio3FogConfig, *, name: str, regions: list[str], k_min: int,
                  registry: CollectorRegistry, storage: Outage, sink_name: str):
         self.cfg = cfg
@@ -107,13 +113,10 @@ class Prio3Leader:
         self.outbox_wakeup = Wakeup()
         self.work_wakeup = Wakeup()
         self.verify_key = b""
-        self.journal: LeaderJournal | None = None
         self.nonces: dict[bytes, tuple[str, int, str]] = {}
         self.pending = _Pending()
         self.states: dict[tuple[str, int], Prio3Aggregator] = {}
-        self.sink = None
-        self.reply_source = None          # Kafka: the helper's answers (MQTT: they come with the reports)
-        self.sender: OutboxSender | None = None
+        self.reply_source: Any = None     # Kafka: the helper's answers (MQTT: they come with the reports)
         self.finished = 0                 # windows whose noisy share was queued (each makes one aggregate)
 
     # -- start -----------------------------------------------------------------------------

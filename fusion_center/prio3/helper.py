@@ -30,6 +30,7 @@ import contextlib
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter as PromCounter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -76,7 +77,19 @@ class HelperMetrics:
                                     ["reason"], registry=registry)
 
 
+def _warmed(f: asyncio.Future) -> None:
+    if not f.cancelled() and f.exception() is not None:
+        log.warning("fusion prio3: the decryption workers did not start (%r); large windows open in this process",
+                    f.exception())
+
+
 class Prio3Helper:
+    # open() and connect() make these; nothing reads them before.
+    store: HelperStore
+    opener: ShareOpener
+    sink: Any
+    sender: OutboxSender
+
     def __init__(self, cfg: Prio3FusionConfig, *, regions: list[str], merge_deadline_s: float,
                  registry: CollectorRegistry, storage: Outage):
         self.cfg = cfg
@@ -86,12 +99,8 @@ class Prio3Helper:
         self.storage = storage
         self.answering = Outage("fusion prio3 answers", log)
         self.outbox_wakeup, self.work_wakeup = Wakeup(), Wakeup()
-        self.store: HelperStore | None = None
         self.answers: dict[tuple[str, int], Answer] = {}
         self.verify_key = b""
-        self.opener: ShareOpener | None = None
-        self.sender: OutboxSender | None = None
-        self.sink = None
         self._parts: list[tuple[str, int, int, str]] = []     # staged by the intake batch (stage/write/committed)
         self._shares: list[tuple[str, int, str]] = []
         self._late: list[tuple[str, int]] = []
@@ -109,9 +118,7 @@ class Prio3Helper:
         """Answers go back over the transport the batches came by."""
         stack.callback(self.opener.close)
         warming = asyncio.get_running_loop().run_in_executor(None, self.opener.warm)   # in the background
-        warming.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
-            "fusion prio3: the decryption workers did not start (%r); large windows open in this process",
-            f.exception()))
+        warming.add_done_callback(_warmed)
         if transport == "kafka":
             self.sink = KafkaSink(kafka.model_copy(update={"topic": topics.KAFKA_PRIO3_VERIFY_TOPIC}))
             stack.push_async_callback(self.sink.stop)
@@ -196,7 +203,7 @@ class Prio3Helper:
         for region, t, state, received in self.store.windows():
             answer = self.answers.get((region, t))
             share = self.store.share(region, t) if answer is not None else None
-            if share is not None:
+            if share is not None and answer is not None:
                 self._combine(region, t, answer, Prio3Share.model_validate_json(share), now)
                 done += 1
             elif answer is None or state != "answered":
