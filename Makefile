@@ -6,7 +6,7 @@ MPY_PKG := @micropython/micropython-webassembly-pyscript@1.27.0
 MPY_DIR := .tools/micropython
 MPY_MJS := $(MPY_DIR)/node_modules/@micropython/micropython-webassembly-pyscript/micropython.mjs
 
-.PHONY: demo test unit venv deps-test mosquitto faults observe-tools dashboard micropython umqtt stubs bench clean
+.PHONY: demo test unit lint venv deps-test mosquitto faults observe-tools dashboard micropython umqtt stubs bench clean
 
 # pip and the build backend's notices (an editable install warns by design)
 # go to $(VENV)/install.log; it is shown only when the install fails.
@@ -113,14 +113,21 @@ deps-test: venv mosquitto faults observe-tools dashboard micropython umqtt stubs
 # Two workers (pytest-xdist): first the tests without real brokers (CPU-bound),
 # then the integration tests, which start brokers and processes and mostly wait
 # on them, so that CPU-heavy unit tests never share the machine with them.
-test: deps-test
+test: deps-test lint
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -n 2 -m "not integration" $(PYTEST_ARGS)
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -n 2 -m integration $(PYTEST_ARGS)
 
-# The fast loop: tests that need no broker, no node and no download (a few
-# hundred examples per property test). The venv must exist (make venv).
+# Lint and types, 0 findings ([tool.ruff] and [tool.mypy] in pyproject.toml: the
+# services, the shared library and the CPython agent; the device core is typed
+# against the boards' stubs in its own test).
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+# The fast loop: tests that need no broker, no node and nothing downloaded
+# into .tools (marked `downloads`; `make test` runs them); it makes the venv.
 unit: venv
-	$(PY) -m pytest -q -n 2 -m "not integration and not micropython" tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not integration and not micropython and not downloads" tests/unit $(PYTEST_ARGS)
 
 demo: venv
 	@$(VENV)/bin/rase demo

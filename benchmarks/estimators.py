@@ -1,5 +1,6 @@
 """Estimator benchmark: the unbiased mean, its bootstrap (B = 1000, multinomial
-counts over the distinct reports counted on the BR grid, as the fusion center runs it), the index bootstrap it replaced, SE, MLE
+counts over the distinct reports counted on the BR grid, as the fusion center runs it), the index bootstrap it
+replaced, SE, MLE
 (weighted median) and a windowed average for n = 1e3 .. 1e6, against numpy's
 mean of the same array measured in the same run. Then every mechanism's own
 estimate with its interval (rase_common.mechanisms, as the fusion center runs

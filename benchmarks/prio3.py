@@ -175,7 +175,7 @@ def smallest_heap(pk: bytes) -> int | None:
         try:
             if run_unix(SMALL_HEAP_SNIPPET % {"pk": pk.hex()}, heap=f"{kib}K").strip() == "ok":
                 return kib
-        except Exception:  # MemoryError on the board surfaces as UnixPortError
+        except Exception:  # noqa: BLE001 - MemoryError on the board surfaces as UnixPortError
             continue
     return None
 

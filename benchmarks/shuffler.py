@@ -52,7 +52,8 @@ def run(sizes: list[int]) -> list[dict]:
         devs, graph = fleet(n)
         params = ShuffleParams()
         t_rs = best_of(lambda: robust_shuffle(devs, graph, params, rng), rep)
-        row = {"n": n, "numpy_permutation_s": t_np, "mallows_s": t_mallows, "refine_s": t_refine, "agglomerative_s": t_agglo,
+        row = {"n": n, "numpy_permutation_s": t_np, "mallows_s": t_mallows, "refine_s": t_refine,
+               "agglomerative_s": t_agglo,
                "rs_s": t_rs, "mallows_over_numpy": t_mallows / t_np, "rs_over_numpy": t_rs / t_np,
                "refine_ns_per_item": t_refine / n * 1e9, "mallows_ns_per_item": t_mallows / n * 1e9}
         rows.append(row)

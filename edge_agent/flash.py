@@ -100,7 +100,8 @@ def ca_der(path: Path) -> bytes:
     except OSError as err:
         raise FlashError(f"--ca {path}: {err.strerror or err}") from None
     try:
-        certs = x509.load_pem_x509_certificates(data) if b"-----BEGIN" in data else [x509.load_der_x509_certificate(data)]
+        certs = (x509.load_pem_x509_certificates(data) if b"-----BEGIN" in data
+                 else [x509.load_der_x509_certificate(data)])
     except ValueError as err:
         raise FlashError(f"--ca {path} is not a PEM or DER certificate ({err})") from None
     if len(certs) != 1:

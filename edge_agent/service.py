@@ -39,6 +39,10 @@ class AgentService(Service):
     after max_reports delivered reports."""
 
     name = "agent"
+    # open() makes these; nothing reads them before.
+    source: Source
+    core: AgentCore
+    transport: PahoTransport
 
     def __init__(self, cfg: AgentConfig, *, source: Source | None = None, clock=None,
                  pump_interval_s: float = 0.2, control_grace_s: float = 0.5, give_up_s: float = 10.0,
@@ -46,9 +50,6 @@ class AgentService(Service):
         self.cfg = cfg
         self.clock = clock or (WallClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
         self._source = source
-        self.source: Source | None = None
-        self.core: AgentCore | None = None
-        self.transport: PahoTransport | None = None
         self.wakeup = Wakeup()
         self.pump_interval_s = pump_interval_s
         self.sensor_errors = 0
@@ -112,7 +113,7 @@ class AgentService(Service):
                 return None
             try:
                 x = self.source.read(now)
-            except Exception as err:  # a sensor failure must not kill the agent
+            except Exception as err:  # noqa: BLE001 - a sensor failure must not kill the agent
                 self.sensor_errors += 1
                 log.warning("agent=%s sensor read failed: %s", self.cfg.device, err)
                 return None

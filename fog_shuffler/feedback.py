@@ -37,7 +37,7 @@ class RejectionFeedback:
         self.max_tracked = max_tracked
         # (region, device, reason) -> [rejected since last told, when last told or None]
         self._seen: OrderedDict[tuple[str, str, str], list] = OrderedDict()
-        self._minute_start = None
+        self._minute_start: float | None = None
         self._told_this_minute = 0
         self.sent = 0
         self.withheld = 0      # messages not sent for the global cap

@@ -21,7 +21,7 @@ from rase_device.schedule import Schedule, check_stated, from_control
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
 from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 from rase_common.errors import ProtocolError
-from rase_common.protocol.control import ControlPolicy
+from rase_device.policy import LocalPolicy
 from rase_common.protocol.prio3 import Prio3Params
 
 
@@ -48,7 +48,8 @@ class Protocol:
         """From a parsed control message (rase_device.wire.parse_control)."""
         return cls(period_s=float(msg["period_s"]), epoch0=float(msg.get("epoch0", current.epoch0)),
                    eps_levels=tuple(sorted(set(float(e) for e in msg["eps_levels"]))),
-                   x_min=float(msg["x_min"]), x_max=float(msg["x_max"]), mechanism=msg.get("mechanism", DEFAULT_MECHANISM),
+                   x_min=float(msg["x_min"]), x_max=float(msg["x_max"]),
+                   mechanism=msg.get("mechanism", DEFAULT_MECHANISM),
                    gamma=float(msg.get("gamma", current.gamma)), beta=float(msg.get("beta", current.beta)),
                    rho=float(msg.get("rho", current.rho)),
                    on_above=float(msg.get("on_above", DEFAULT_ON_ABOVE)),
@@ -128,7 +129,7 @@ class ProtocolGate:
     control policy with the devices' own parser), reports validated under
     them or, just after a change, under the previous ones. Pure."""
 
-    def __init__(self, own: Protocol, rules: IngestRules, *, grace_periods: int, policy: ControlPolicy):
+    def __init__(self, own: Protocol, rules: IngestRules, *, grace_periods: int, policy: LocalPolicy):
         self.follower = ProtocolFollower(own, grace_periods)
         self.policy = policy
         self.rules = rules_for(rules, own)

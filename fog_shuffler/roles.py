@@ -238,8 +238,9 @@ class FogRoles:
                             ctx.counters.reject(where[0], reason)     # by reason too: a Prio3 statement's
                 elif outcome is not None:
                     taken[outcome] += 1
-                    if outcome is Outcome.LATE:
-                        ctx.counters.late[topics.parse_report_topic(msg.topic)[0]] += 1
+                    late_in = topics.parse_report_topic(msg.topic) if outcome is Outcome.LATE else None
+                    if late_in is not None:
+                        ctx.counters.late[late_in[0]] += 1
         self.reports_taken += sum(taken.values())
         m = ctx.metrics
         for outcome, counter in ((Outcome.ACCEPTED, m.accepted), (Outcome.DUPLICATE, m.duplicates),

@@ -84,10 +84,10 @@ class FogService(Service):
         if cfg.metrics_port is not None:
             ctx.metrics.serve(cfg.metrics_port, cfg.metrics_host)
         if ctx.source is None or (ctx.sink is None and cfg.sink == "mqtt"):
-            ctx.link = self.make_link()
-            ctx.link.start()
-            stack.callback(ctx.link.stop)
-        self.source = ctx.source or MqttSource(ctx.link)
+            link = ctx.link = self.make_link()
+            link.start()
+            stack.callback(link.stop)
+        self.source = ctx.source or MqttSource(link)
         await self.source.start()
         stack.push_async_callback(self.source.stop)
         self.forwarder = forwarder(ctx, stack)

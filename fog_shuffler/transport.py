@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from fog_shuffler.context import FogContext
+from rase_common.channels import Sink
 from rase_common.errors import Outage
 from rase_common.kafka import KafkaSink
 from rase_common.loop import Wakeup, Wakeups
@@ -46,8 +47,15 @@ def forwarder(ctx: FogContext, stack: contextlib.AsyncExitStack) -> OutboxSender
     """The forwarding task's sender, over the test's sink or the configured one (closed on `stack`)."""
     cfg, journal = ctx.cfg, ctx.journal
     assert journal is not None
-    sink = ctx.forward_sink = ctx.sink or (KafkaSink(cfg.kafka) if cfg.sink == "kafka"
-                                           else MqttSink(ctx.link, topics.windows_topic))
+    sink: Sink
+    if ctx.sink is not None:
+        sink = ctx.sink
+    elif cfg.sink == "kafka":
+        sink = KafkaSink(cfg.kafka)
+    else:
+        assert ctx.link is not None
+        sink = MqttSink(ctx.link, topics.windows_topic)
+    ctx.forward_sink = sink
     if hasattr(sink, "stop"):
         stack.push_async_callback(sink.stop)
 

@@ -141,7 +141,7 @@ class WindowManager:
             # A late batch stays open as long as a window does (issue 29): reports that devices send again
             # together, spread over a second or two, go out in one batch, not in one and a straggler short
             # of k_min that is suppressed when the allowed lateness ends.
-            elif (len(w.reports) >= self.k_min and now_t >= w.opened_at_t + 1 + self.lateness) \
+            elif (len(w.reports) >= self.k_min and now_t >= (w.opened_at_t or 0) + 1 + self.lateness) \
                     or t < self.horizon_t(now_t) + 1 or self.complete(region, t):
                 out.append((region, t))
         return sorted(out, key=lambda k: (k[1], k[0]))

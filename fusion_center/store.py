@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rase_common import deadletter
@@ -145,7 +145,7 @@ class AggregateStore:
             return out
 
     def store_aggregate(self, scope: str, t: int, payload: str, created: float,
-                        included: list[tuple[str, int]] = ()) -> bool:
+                        included: Sequence[tuple[str, int]] = ()) -> bool:
         """One aggregate (secure aggregation's have no windows here: `included` is empty)."""
         return self.store_aggregates(scope, [(t, payload, 0, list(included))], created)[0]
 

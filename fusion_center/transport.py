@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from fusion_center.context import FusionContext
+from rase_common.loop import Wakeups
 from rase_common.mqtt import MqttLink
 from rase_common.protocol import topics
 
@@ -21,7 +22,7 @@ def fusion_link(ctx: FusionContext, *, subscribe: bool) -> MqttLink:
     link = MqttLink(cfg.broker, f"fusion-{cfg.name}", subscriptions=[(topics.WINDOWS_FILTER, 1)] if subscribe else [],
                     clean_session=False, manual_ack=True, name="fusion", mqtt5=True, will=(status, "offline", True),
                     birth=(status, "online", True),
-                    wakeup=lambda: (ctx.arrived.set(), ctx.outbox_wakeup.set(), ctx.control_wakeup.set()))
+                    wakeup=Wakeups(ctx.arrived, ctx.outbox_wakeup, ctx.control_wakeup).set)
     link.on_subscribed = lambda refused: None if refused else log.info("fusion subscribed to %s",
                                                                       topics.WINDOWS_FILTER)
     return link

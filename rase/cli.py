@@ -190,6 +190,47 @@ def cmd_fog_quarantined(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_deadletters(args: argparse.Namespace) -> int:
+    """List, or send again, what a service's outboxes dead-lettered (rase_common.deadletter)."""
+    import json
+    import sqlite3
+    from datetime import datetime, timezone
+
+    from rase_common import deadletter
+    from rase_common.errors import StorageError
+
+    if not args.store.is_file():
+        print(f"rase deadletters: no store at {args.store} (a fog's journal_path or a fusion center's store_path)",
+              file=sys.stderr)
+        return 1
+    db = sqlite3.connect(args.store, isolation_level=None)
+    try:
+        db.execute("PRAGMA busy_timeout = 30000")     # a running service commits every batch
+        if args.action == "resend":
+            if not args.all and not args.id:
+                print("rase deadletters resend: name --id N (repeatable) or --all", file=sys.stderr)
+                return 2
+            n = deadletter.resend(db, None if args.all else args.id)
+            print(f"{n} dead letter(s) back in their outbox: the service sends them at its next turn")
+            return 0
+        rows = deadletter.listing(db)
+    except StorageError as err:
+        print(f"rase deadletters: {err}", file=sys.stderr)
+        return 1
+    finally:
+        db.close()
+    for d in rows:
+        when = datetime.fromtimestamp(d.at, timezone.utc).isoformat(timespec="seconds")
+        if args.json:
+            print(json.dumps({"id": d.id, "outbox": d.outbox, "item": d.key, "reason": d.reason, "at": when}))
+        else:
+            print(f"{d.id}  {d.outbox}  {d.key}  at {when}: {d.reason}")
+    print(f"{len(rows)} dead letter(s)" + (": fix the cause (the broker's ACL, a size limit), then "
+                                           "`rase deadletters resend --store ... --all`" if rows else ""),
+          file=sys.stderr)
+    return 0
+
+
 def cmd_fusion(args: argparse.Namespace) -> int:
     from fusion_center.config import FusionConfig
     from fusion_center.service import FusionService
@@ -849,6 +890,18 @@ def build_parser() -> argparse.ArgumentParser:
                                     "not): each with the t and time it was quarantined and the test it failed.")
     qu.add_argument("--config", required=True, type=Path, help="the fog's TOML config (its journal_path)")
 
+    dl = sub.add_parser("deadletters", help="list, or send again, messages a broker refused for good",
+                        description="Outgoing messages the broker or Kafka refused for good (its ACL, a size "
+                                    "limit) leave their outbox as dead letters, so the rest goes on. List them, "
+                                    "fix the cause, and send them again; the service may be running.")
+    dl.add_argument("action", choices=("list", "resend"), help="list them, or put them back in their outbox")
+    dl.add_argument("--store", required=True, type=Path,
+                    help="a fog's journal (its journal_path) or a fusion center's store (its store_path)")
+    dl.add_argument("--id", type=int, action="append", default=[], help="resend: this dead letter (repeatable)")
+    dl.add_argument("--all", action="store_true", help="resend: every dead letter")
+    dl.add_argument("--json", action="store_true", help="list: one JSON object per line")
+    dl.set_defaults(func=cmd_deadletters)
+
     fu = sub.add_parser("fusion", help="run the fusion center",
                         description="Run the fusion center: merge the fogs' windows per timestamp, estimate the "
                                     "mean (and the other estimates) with 95% intervals, store them, and publish "
@@ -970,8 +1023,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "simulation of the mechanisms or from `rase replay` outputs; attack: the "
                                     "random-forest re-identification attack against raw, BR, Laplace + uniform "
                                     "shuffle, BR + Mallows and RASE; counts: on/off counts and band frequencies "
-                                    "against eps; poison: m malicious devices of n per mean mechanism, before and after the fog's "
-                                    "detection. Tables on stdout, JSON and plots in --out (docs/evaluation.md).")
+                                    "against eps; poison: m malicious devices of n per mean mechanism, before and "
+                                    "after the fog's detection. Tables on stdout, JSON and plots in --out "
+                                    "(docs/evaluation.md).")
     ev.add_argument("what", choices=["utility", "attack", "counts", "poison"], help="which evaluation to run")
     ev.add_argument("--data", help="folder of REFIT house_N.csv[.gz] (default: the bundled excerpt)")
     ev.add_argument("--houses", type=_houses, default=[1, 2, 3, 5, 12], help="e.g. 1,2,3 (default: all bundled)")

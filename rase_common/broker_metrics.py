@@ -169,8 +169,11 @@ class BrokerMetricsBridge:
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
         self.client.on_subscribe = self._on_subscribe
-        self.client.on_message = lambda c, u, msg: self.metrics.update(msg.topic, msg.payload)
+        self.client.on_message = self._on_message
         self._stopping = False
+
+    def _on_message(self, client, userdata, msg) -> None:  # noqa: ANN001 - paho's callback
+        self.metrics.update(msg.topic, bytes(msg.payload))
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):  # noqa: ANN001
         if reason_code.is_failure:

@@ -132,7 +132,7 @@ def load_ca(out_dir: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate
         key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
     except (ValueError, TypeError) as err:
         raise CertsError(f"cannot read the CA in {out_dir}: {err}") from None
-    if key.public_key().public_numbers() != cert.public_key().public_numbers():
+    if _spki(key.public_key()) != _spki(cert.public_key()):
         raise CertsError(f"{key_path} is not the key of {cert_path}")
     return key, cert  # type: ignore[return-value]
 
@@ -167,3 +167,8 @@ def mosquitto_listener(pki: Pki, port: int, bind: str = "127.0.0.1") -> str:
     """Mosquitto configuration lines for a TLS listener with this PKI."""
     return (f"listener {port} {bind}\n"
             f"cafile {pki.ca_cert}\ncertfile {pki.server_cert}\nkeyfile {pki.server_key}\n")
+
+
+def _spki(public_key) -> bytes:  # noqa: ANN001 - any of cryptography's public key types
+    """A public key as its DER SubjectPublicKeyInfo (what two keys are compared by)."""
+    return public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)

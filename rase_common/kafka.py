@@ -16,6 +16,7 @@ picks up a rotated secret.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 from dataclasses import dataclass
@@ -199,9 +200,9 @@ class KafkaSource:
             if len(self._fetched) >= 10_000:      # the service is behind: let it catch up
                 await asyncio.sleep(0.01)
                 continue
+            assert self.consumer is not None
             batches = await self.consumer.getmany(timeout_ms=1000, max_records=10_000)
-            got = [Record(rec.key.decode() if rec.key else "", rec.value,
-                          lambda tp=tp, o=rec.offset: self._ack(tp, o))
+            got = [Record(rec.key.decode() if rec.key else "", rec.value, functools.partial(self._ack, tp, rec.offset))
                    for tp, records in batches.items() for rec in records]
             if got:
                 self._fetched.extend(got)

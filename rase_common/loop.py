@@ -55,7 +55,7 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._event: asyncio.Event | None = None
+        self._event = asyncio.Event()     # replaced by bind(), on the loop that waits
         self._thread: int | None = None
         self._pending = False       # one scheduled wake-up at a time, however many set() calls
 
@@ -64,7 +64,7 @@ class Wakeup:
         Binding again on the same loop keeps the event: a set() already
         scheduled for it must not be lost."""
         loop = asyncio.get_running_loop()
-        if self._loop is loop and self._event is not None:
+        if self._loop is loop:
             return
         self._loop = loop
         self._event = asyncio.Event()
@@ -89,7 +89,7 @@ class Wakeup:
     async def wait(self, stop: asyncio.Event | None = None, timeout_s: float | None = None) -> bool:
         """Until set(), `stop` (if given) or timeout_s (None: no timeout);
         True if stopping."""
-        if self._event is None:
+        if self._loop is None:
             self.bind()
         if not self._event.is_set() and not (stop is not None and stop.is_set()):
             tasks = {asyncio.ensure_future(self._event.wait())}

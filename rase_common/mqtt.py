@@ -34,7 +34,8 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Sequence
+from typing import Callable, Iterable, cast
 from urllib.parse import urlparse
 
 import paho.mqtt.client as mqtt
@@ -102,7 +103,7 @@ class BrokerConfig(BaseModel):
                    username=u.username, password=u.password, tls=u.scheme == "mqtts")
 
 
-def connect_in_background(client: Client, broker: BrokerConfig, outage: Outage | None = None,
+def connect_in_background(client: mqtt.Client, broker: BrokerConfig, outage: Outage | None = None,
                           **v5_connect) -> Outage:  # noqa: ANN003
     """Start paho's network thread: it connects and reconnects with the
     client's backoff. The link's state is an Outage: one warning when the
@@ -239,7 +240,7 @@ def split_publishes(buf: bytes, pos: int, stamp: float) -> tuple[list[ReceivedMe
     must handle comes next). Stops before anything it does not take exactly
     as paho would: another packet type, QoS 2, a malformed length or topic,
     a topic that is not UTF-8, a packet larger than LARGE_PACKET."""
-    out = []
+    out: list[ReceivedMessage] = []
     n = len(buf)
     while pos < n:
         cmd = buf[pos]
@@ -328,7 +329,7 @@ class Client(mqtt.Client):
             return self._loop_read_batched()
         rc = super().loop_read(max_packets)
         for _ in range(self.DRAIN_PACKETS):
-            if rc != mqtt.MQTT_ERR_SUCCESS or self._sock is None or not self._sock.pending():
+            if rc != mqtt.MQTT_ERR_SUCCESS or self._sock is None or not self._sock.pending():  # type: ignore[union-attr,attr-defined]
                 break
             rc = super().loop_read(1)
         return rc
@@ -341,13 +342,13 @@ class Client(mqtt.Client):
         rc = mqtt.MQTT_ERR_SUCCESS
         fills = [self.FILLS_PER_TURN]
         for _ in range(self.DRAIN_PACKETS):
-            sock = self._sock
+            sock = cast(ReadBufferedSocket, self._sock)     # _create_socket made it one
             if sock is None:
                 return mqtt.MQTT_ERR_NO_CONN
             if self._in_packet["command"] == 0 and not self._read_publishes(sock, fills):
                 return rc            # nothing more to read now, or this turn's share is done
             rc = super().loop_read(1)    # paho's turn: one packet of another kind, or the rest of one
-            if rc != mqtt.MQTT_ERR_SUCCESS or self._sock is None or not self._sock.pending():
+            if rc != mqtt.MQTT_ERR_SUCCESS or self._sock is None or not self._sock.pending():  # type: ignore[union-attr,attr-defined]
                 return rc
         return rc
 
@@ -361,6 +362,7 @@ class Client(mqtt.Client):
             if msgs:
                 with self._msgtime_mutex:
                     self._last_bytes_received = time.monotonic()
+                assert self.on_message_batch is not None
                 self.on_message_batch(msgs)
                 if not self._manual_ack:      # as paho: acknowledged once the callback returned
                     self._queue_pubacks([m.mid for m in msgs if m.qos == 1])
@@ -465,7 +467,7 @@ def v5_session_connect(clean_session: bool) -> dict:
 
 
 def publish_properties(*, expiry_s: int | None = None, content_type: str | None = None,
-                       user: list[tuple[str, str]] = ()):  # noqa: ANN201 - paho Properties
+                       user: Sequence[tuple[str, str]] = ()):  # noqa: ANN201 - paho Properties
     """MQTT 5 PUBLISH properties: message expiry (the broker drops the message,
     a retained one included, this many seconds after it was published), content
     type and user properties. MQTT 3.1.1 subscribers get the same payload
@@ -515,7 +517,7 @@ class MqttLink:
     Nothing happens in the constructor; start() and stop() do the I/O.
     """
 
-    def __init__(self, broker: BrokerConfig, client_id: str, *, subscriptions: list[tuple[str, int]] = (),
+    def __init__(self, broker: BrokerConfig, client_id: str, *, subscriptions: Sequence[tuple[str, int]] = (),
                  clean_session: bool = True, manual_ack: bool = False, wakeup: Callable[[], None] | None = None,
                  will: tuple[str, str, bool] | None = None, name: str | None = None, mqtt5: bool = False,
                  birth: tuple[str, str, bool] | None = None):
@@ -565,7 +567,7 @@ class MqttLink:
         c = self.client
         if c is None:
             return
-        c._rase_stopping = True       # our own disconnect is not an outage
+        c._rase_stopping = True  # type: ignore[attr-defined]  # our own disconnect is not an outage
         if self.birth is not None and self.will is not None and self.connected.is_set():
             # A clean stop says what the will would have said (a disconnect does not fire it).
             try:
@@ -639,6 +641,7 @@ class MqttLink:
             if not fut.done():
                 fut.set_exception(err) if err is not None else fut.set_result(None)
         try:
+            assert self._loop is not None
             self._loop.call_soon_threadsafe(settle)
         except RuntimeError:
             pass          # the loop has closed: nobody waits any more
@@ -655,6 +658,7 @@ class MqttLink:
             raise ValueError("MqttLink publishes with QoS 1 only")
         info = self.client.publish(topic, payload, qos=qos, retain=retain, properties=properties)
         check_rc(info.rc, f"publish to {topic}")
+        assert self._loop is not None
         fut = self._loop.create_future()
         with self._lock:
             if info.mid in self._acked_early:
@@ -709,7 +713,7 @@ class MqttSource:
     async def stop(self) -> None:
         pass
 
-    def take(self, max_items: int) -> list[mqtt.MQTTMessage]:
+    def take(self, max_items: int) -> list[mqtt.MQTTMessage | ReceivedMessage]:
         return self.link.take(max_items)
 
     def ack(self, items: list[mqtt.MQTTMessage]) -> None:

@@ -50,6 +50,9 @@ class Role:
     def check_config(cls, cfg: Any) -> None:
         """Raise ValueError when the service's config cannot run this role (called by the config's validation)."""
 
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx        # what the host's roles share (the service's context)
+
     def subscriptions(self) -> list[tuple[str, int]]:
         """(topic filter, QoS) this role needs beyond the host's own."""
         return []

@@ -47,7 +47,7 @@ class Service:
         """Run until a task ends, `stop` is set, or the caller cancels."""
         async with contextlib.AsyncExitStack() as stack:
             await self.open(stack)
-            coros = self.tasks()
+            coros: list[Coroutine[Any, Any, Any]] = list(self.tasks())
             if stop is not None:
                 coros.append(stop.wait())
             await run_owned(coros, self.name)
@@ -61,8 +61,10 @@ async def run_owned(coros: list[Coroutine[Any, Any, Any]], owner: str = "service
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             if not task.cancelled() and task.exception() is not None:
-                log.error("%s: task %s failed: %r", owner, _task_name(task), task.exception())
-                raise task.exception()
+                err = task.exception()
+                assert err is not None
+                log.error("%s: task %s failed: %r", owner, _task_name(task), err)
+                raise err
     finally:
         for task in tasks:
             task.cancel()

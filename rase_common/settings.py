@@ -47,8 +47,10 @@ class TomlSettings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
         path = _TOML_PATH.get()
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if path is not None:

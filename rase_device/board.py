@@ -181,10 +181,7 @@ class BoardLoop:
     def _link(self, now):
         t = self.transport
         if t.client is None and now >= t.next_try and not self._net_up():
-            t.failures += 1
-            t.last_error = self.net.last_error
-            t.next_try = now + t.backoff_s
-            t.backoff_s = min(t.backoff_s * 2, t.backoff_max_s)
+            t.back_off(now, self.net.last_error)
         else:
             t.poll(now)
         if t.failures and t.failures % 5 == 0:

@@ -91,7 +91,7 @@ def decap(enc, sk_r):
     try:
         dh = x25519.shared_secret(sk_r, enc)
     except ValueError as exc:
-        raise OpenError(str(exc))
+        raise OpenError(str(exc)) from None
     return _extract_and_expand(dh, enc + x25519.public_key(sk_r))
 
 
@@ -123,7 +123,7 @@ class Context:
         try:
             pt = aead.open_(self.key, self._nonce(), aad, ct)
         except aead.AuthenticationError as exc:
-            raise OpenError(str(exc))
+            raise OpenError(str(exc)) from None
         self.seq += 1
         return pt
 

@@ -96,8 +96,12 @@ class UmqttTransport:
                 pass
             self.disconnects += 1
         self.client = None
+        self.back_off(now, describe(exc))
+
+    def back_off(self, now, error):
+        """A failed connect, send or network join: the one backoff of the device's link."""
         self.failures += 1
-        self.last_error = describe(exc)
+        self.last_error = error
         self.next_try = now + self.backoff_s
         self.backoff_s = min(self.backoff_s * 2, self.backoff_max_s)
 

@@ -76,7 +76,7 @@ def parse_receipt(payload):
     try:
         msg = json.loads(payload)
     except (ValueError, TypeError):
-        raise ValueError("receipt is not JSON")
+        raise ValueError("receipt is not JSON") from None
     if not isinstance(msg, dict) or msg.get("v") != VERSION:
         raise ValueError("receipt is not a version %d object" % VERSION)
     kept = msg.get("kept")
@@ -116,7 +116,7 @@ def parse_control(payload):
     try:
         msg = json.loads(payload)
     except (ValueError, TypeError):
-        raise ValueError("control message is not JSON")
+        raise ValueError("control message is not JSON") from None
     if not isinstance(msg, dict) or msg.get("v") != VERSION:
         raise ValueError("control message has no supported version")
     out = {}  # type: dict
@@ -132,7 +132,7 @@ def parse_control(payload):
     try:
         out["mechanism"] = check_mechanism(msg.get("mechanism", DEFAULT_MECHANISM))
     except ValueError as e:
-        raise ValueError("control field " + str(e))
+        raise ValueError("control field " + str(e)) from None
     if "epoch0" in msg:
         out["epoch0"] = _finite_number("epoch0", msg["epoch0"])
     _parse_schedule_change(msg, out)
@@ -140,7 +140,7 @@ def parse_control(payload):
     try:
         out["bands"] = check_bands(msg.get("bands", DEFAULT_BANDS))
     except ValueError as e:
-        raise ValueError("control field " + str(e))
+        raise ValueError("control field " + str(e)) from None
     if out["mechanism"] == PRIO3:
         out["prio3"] = parse_prio3(msg.get("prio3"))
         if out["eps_levels"] != [out["prio3"]["dp_eps"]]:

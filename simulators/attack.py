@@ -37,7 +37,8 @@ from rase_device.entropy import RandomBits
 from rase_device.randomizer import BudgetRandomizer, Calibration
 from fog_shuffler.shuffle.randomness import window_rng
 from fog_shuffler.shuffle.relationship import RelationshipGraph
-from fog_shuffler.shuffle.robust_shuffler import DEFAULT_BUDS_BATCH, ShuffleParams, buds_shuffle, dsigma_shuffle, robust_shuffle
+from fog_shuffler.shuffle.robust_shuffler import (DEFAULT_BUDS_BATCH, ShuffleParams, buds_shuffle, dsigma_shuffle,
+                                                  robust_shuffle)
 from simulators.evaluation import readings_matrix, seeded_bytes
 from simulators.pipeline import fleet
 from simulators.refit import epoch0_of, load_house

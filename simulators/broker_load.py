@@ -159,7 +159,8 @@ class PublisherProcess:
         ctx = mp.get_context("spawn")
         self.stop_event = ctx.Event()
         self.out = ctx.Queue()
-        self.proc = ctx.Process(target=_publish_in_child, args=(port, rate, limit, self.stop_event, self.out), daemon=True)
+        self.proc = ctx.Process(target=_publish_in_child, args=(port, rate, limit, self.stop_event, self.out),
+                                daemon=True)
 
     def start(self) -> "PublisherProcess":
         self.proc.start()

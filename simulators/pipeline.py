@@ -214,8 +214,8 @@ async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, take
             if j >= 0:
                 await until(lambda: gate.done.value > j and taken() >= gate.produced[j],
                             f"the fog taking every report of t={t0 + j}", 60)
-            _progress(spec, i + 1, n_t, gate.produced[min(gate.done.value, n_t) - 1] if gate.done.value else 0,  # running total
-                      fusion.stored, state)
+            running_total = gate.produced[min(gate.done.value, n_t) - 1] if gate.done.value else 0
+            _progress(spec, i + 1, n_t, running_total, fusion.stored, state)
         await until(lambda: not proc.is_alive(), "every report delivered", 120)
         if proc.exitcode != 0:
             raise RuntimeError(f"the replay's device fleet failed (exit code {proc.exitcode})")
@@ -361,7 +361,8 @@ async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
         broker = BrokerConfig.from_url(spec.broker_url)
         return await _run_on(spec, broker, f"{broker.host}:{broker.port}")
     async with EmbeddedBroker() as eb:
-        return await _run_on(spec, BrokerConfig(host=eb.host, port=eb.port), f"{eb.host}:{eb.port} (embedded {eb.kind})")
+        where = f"{eb.host}:{eb.port} (embedded {eb.kind})"
+        return await _run_on(spec, BrokerConfig(host=eb.host, port=eb.port), where)
 
 
 async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -> PipelineResult:

@@ -82,8 +82,9 @@ def mean_panels(ax_t, ax_w, x: np.ndarray, *, mean: np.ndarray, lo: np.ndarray, 
     ax_t.set_title("Per timestamp", fontsize=10)
     ax_t.set_xlabel(xlabel)
     ax_t.set_ylabel("mean power per appliance (W)")
-    ax_t.text(0.01, 0.02, why_wide(n, eps, x_range, half_t, float(np.nanmean(truth)), mechanism_name), transform=ax_t.transAxes,
-              fontsize=7.5, va="bottom", ha="left", bbox={"facecolor": "white", "alpha": 0.85, "lw": 0})
+    ax_t.text(0.01, 0.02, why_wide(n, eps, x_range, half_t, float(np.nanmean(truth)), mechanism_name),
+              transform=ax_t.transAxes, fontsize=7.5, va="bottom", ha="left",
+              bbox={"facecolor": "white", "alpha": 0.85, "lw": 0})
     ax_t.legend(loc="upper right", fontsize=8)
 
     wm, wlo, whi = win if win is not None else windowed_band(mean, lo, hi, w)

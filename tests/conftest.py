@@ -48,6 +48,17 @@ def own_mosquitto(tmp_path, request):
         print("---- mosquitto log ----\n" + broker.log())
 
 
+# Fixtures whose parts `make test` downloads into .tools (make umqtt, micropython, stubs):
+# their tests are marked `downloads`, so `make unit` on a fresh clone runs without them.
+DOWNLOADED_FIXTURES = {"umqtt_simple_py", "micropython", "micropython_unix"}
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ANN001
+    for item in items:
+        if DOWNLOADED_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.downloads)
+
+
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -8,6 +8,7 @@ whatever reports and window parts no more specific role claims.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
@@ -96,13 +97,10 @@ class LdpReports(ReportRole):
         ctx = self.ctx
         assert ctx.journal is not None
         counts = ctx.counters.window_counts(cw)
-        args = (cw, self.graphs[cw.region], self.params, counts)
-        kw = {"privacy_delta": ctx.cfg.privacy_delta, "rng_factory": window_rng}
+        release = functools.partial(release_window, cw, self.graphs[cw.region], self.params, counts,
+                                    privacy_delta=ctx.cfg.privacy_delta, rng_factory=window_rng)
         t0 = time.perf_counter()
-        if len(cw.values) > LARGE_WINDOW:
-            msg = await asyncio.to_thread(release_window, *args, **kw)
-        else:
-            msg = release_window(*args, **kw)
+        msg = await asyncio.to_thread(release) if len(cw.values) > LARGE_WINDOW else release()
         ctx.metrics.shuffle_seconds.observe(time.perf_counter() - t0)
         ctx.journal.close_window(cw.region, cw.t, msg.model_dump_json(), cw.revision)
         if cw.revision:

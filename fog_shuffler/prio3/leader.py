@@ -45,6 +45,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -116,6 +117,11 @@ class Prio3Leader:
     """The leader's state and tasks inside a FogService (wiring: the fog's
     ingest calls validate/accepted/reply/commit, its closer calls close)."""
 
+    # open() and connect() make these; nothing reads them before.
+    journal: LeaderJournal
+    sink: Any
+    sender: OutboxSender
+
     def __init__(self, cfg: Prio3FogConfig, *, name: str, regions: list[str], k_min: int,
                  registry: CollectorRegistry, storage: Outage, sink_name: str):
         self.cfg = cfg
@@ -129,14 +135,11 @@ class Prio3Leader:
         self.statement_wakeup = Wakeup()   # its own: one Wakeup wakes one waiting sender
         self.work_wakeup = Wakeup()
         self.verify_key = b""
-        self.journal: LeaderJournal | None = None
         self.nonces: dict[bytes, tuple[str, int, str]] = {}
         self.pending = _Pending()
         self.states: dict[tuple[str, int], Prio3Aggregator] = {}
-        self.sink = None
-        self.reply_source = None          # Kafka: the helper's answers (MQTT: they come with the reports)
-        self.sender: OutboxSender | None = None
-        self.statement_sink = None        # the fog's own statements (MQTT; None: not published, e.g. in memory)
+        self.reply_source: Any = None     # Kafka: the helper's answers (MQTT: they come with the reports)
+        self.statement_sink: Any = None   # the fog's own statements (MQTT; None: not published, e.g. in memory)
         self.statement_sender: OutboxSender | None = None
         self.finished = 0                 # windows whose noisy share was queued (each makes one aggregate)
         self.checked = 0                  # published secure aggregates compared with the statements
@@ -394,7 +397,7 @@ class Prio3Leader:
             self._refused(f"helper_refused_{answer.refused}"[:40], f"the helper refused the batch of "
                                                                   f"({region}, {t}): {answer.refused}")
         else:
-            for reason, k in Counter(r.value for r in agg.reasons if r is not None).items():
+            for reason, k in Counter(r.value for r in (agg.reasons if agg is not None else []) if r is not None).items():
                 self.metrics.rejected.labels(reason).inc(k)
         found = share.statement.discrepancies if share.statement else {}
         for kind, k in found.items():
@@ -418,6 +421,7 @@ class Prio3Leader:
         share = dropped_share(region, t, total, reason)
         share = share.model_copy(update={"statement": statement_of(params, share, None, [],
                                                                    self.journal.ingest(region, t))})
+        assert share.statement is not None
         self.journal.finish(region, t, share.model_dump_json(), "dropped", reason,
                             statement=share.statement.model_dump_json())
         self.metrics.windows.labels(f"dropped_{reason}").inc()

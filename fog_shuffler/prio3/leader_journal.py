@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS prio3_views (region TEXT, t INTEGER, ingest TEXT, sta
                                         PRIMARY KEY (region, t));
 """
 
-ReportRow = tuple[str, int, str, bytes, bytes, bytes, bytes, float]   # region, t, device, nonce, pub, leader, sealed, eps
+# region, t, device, nonce, public share, leader share, sealed helper share, eps
+ReportRow = tuple[str, int, str, bytes, bytes, bytes, bytes, float]
 
 
 class LeaderJournal:

@@ -172,7 +172,7 @@ def finish_window(params: Prio3Params, agg: Prio3Aggregator, region: str, t: int
     both = mine & answer.accepted
     n = int(both.sum())
     reasons = agg.reasons
-    leader_rejected = Counter(reasons[i].value for i in np.flatnonzero(answer.accepted & ~mine))
+    leader_rejected = Counter(r.value for i in np.flatnonzero(answer.accepted & ~mine) if (r := reasons[i]) is not None)
     common = dict(type="prio3_share", region=region, t=t, total=len(both), count=len(both),
                   leader_accepted=pack_mask(mine), accepted=n, accepted_digest=nonce_digest(nonces, both),
                   leader_rejected=dict(leader_rejected), noise_draws=1 if noise else 0)

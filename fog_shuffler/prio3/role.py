@@ -19,7 +19,7 @@ from typing import Any
 from fog_shuffler.context import FogContext
 from fog_shuffler.ingest import Accepted, IngestRules
 from fog_shuffler.prio3.leader import Prio3FogConfig, Prio3Leader
-from fog_shuffler.prio3.leader_rules import LEADER_REASONS, PRIO3
+from fog_shuffler.prio3.leader_rules import LEADER_REASONS, PRIO3, Prio3Accepted
 from fog_shuffler.protocol import Protocol
 from fog_shuffler.reports import ReportRole
 from fog_shuffler.windows import ClosedWindow, Outcome
@@ -54,7 +54,7 @@ class LeaderRole(ReportRole):
         if table is not None and table.params is None:
             # Issue 26: a Prio3 leader's params are its own, never the control message's.
             raise ValueError("[prio3] needs its own params ([prio3.params]: kind, dp_eps, key_id, ...)")
-        if cfg.device_mechanism == PRIO3 and cfg.eps_levels != [table.params.dp_eps]:
+        if cfg.device_mechanism == PRIO3 and table is not None and cfg.eps_levels != [table.params.dp_eps]:
             raise ValueError(f"device_mechanism = \"prio3\": eps_levels must be [prio3.params.dp_eps] = "
                              f"[{table.params.dp_eps}], got {cfg.eps_levels}")
 
@@ -100,6 +100,7 @@ class LeaderRole(ReportRole):
         ctx.screen.screen(rep)
         outcome = ctx.windows.add(rep, now_t)
         if outcome is Outcome.ACCEPTED:
+            assert isinstance(rep, Prio3Accepted)
             self.leader.accepted(rep)
             if ctx.windows.complete(rep.region, rep.t):
                 ctx.due.set()

@@ -172,8 +172,8 @@ def dsigma_shuffle(devices: Sequence[str], graph: RelationshipGraph, alpha: floa
     omega = sigma0_width(graph, sigma0)
     delta = delta_k(omega)
     if delta > 0:
+        positions = mallows_order(n, alpha / delta, rng)
         theta: float | None = alpha / delta
-        positions = mallows_order(n, theta, rng)
         mechanism = "mallows"
     else:
         theta, positions, mechanism = None, uniform_order(n, rng), "uniform"

@@ -77,7 +77,7 @@ class AggregatePublisher(Role):
         told = link.publish_nowait(*announce, retain=True) if announce is not None else None
         try:
             await within(asyncio.gather(*futs), 10.0)
-            if told is not None:
+            if told is not None and announce is not None:
                 await self._announced(told, connection, announce)
         except asyncio.TimeoutError:
             raise TransportError(f"no PUBACK for aggregate t={t} within 10 s") from None

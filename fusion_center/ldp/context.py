@@ -59,8 +59,8 @@ def privacy_unit(windows: list[WindowMessage], period_s: float, central_target=N
     amplified = [b.guarantee for _, b in batches if b.mechanism in ("uniform", "buds") and b.guarantee]
     central = None
     if shuffle in ("uniform", "buds") and len(amplified) == len(batches):
-        central = (max(float(g["eps"]) for g in amplified), max(float(g["delta"]) for g in amplified))
-    alphas = [float(g["alpha"]) for _, b in batches if (g := b.guarantee) and g.get("kind") == "d_sigma"]
+        central = (max(_num(g["eps"]) for g in amplified), max(_num(g["delta"]) for g in amplified))
+    alphas = [_num(g["alpha"]) for _, b in batches if (g := b.guarantee) and g.get("kind") == "d_sigma"]
     spent = (f"eps {eps:g} per report (basic composition at one report every {period_s:g} s: "
              f"{day.eps_per_hour:,.6g} per hour, {day.eps_total:,.6g} per day)")
     if central is not None:
@@ -112,3 +112,10 @@ def clip(agg: Aggregate, x_max: float, bound: float | None) -> tuple[Clipping, d
     note = (f"readings above x_max = {x_max:g} are clipped; the clipped mean is at most {bound:g} below the true "
             "mean (rase calibrate's bound), so mean's interval is widened upwards by it")
     return Clipping(x_max=x_max, bias_bound=bound, widened=mean is not None, note=note), estimates
+
+
+def _num(v: object) -> float:
+    """A number of a window's stated guarantee (the window's schema holds them as JSON scalars)."""
+    if not isinstance(v, (int, float)):
+        raise ValueError(f"a guarantee's number is {v!r}")
+    return float(v)

@@ -139,13 +139,13 @@ def aggregate(t: int, windows: list[WindowMessage], precision: ControlMessage, k
                                       rng=rng)
     win: dict[str, dict[str, WindowedOut]] = {}
     hist = history or {}
-    for w in windows_w:
+    for w_len in windows_w:
         per = {}
         for name in est:
             series = dict(hist.get(history_key(kind, name), {}))
             series[t] = est[name]
-            per[name] = WindowedOut(**windowed(series, t, w, level))
-        win[str(w)] = per
+            per[name] = WindowedOut(**windowed(series, t, w_len, level))
+        win[str(w_len)] = per
     regions = sorted(w.region for w in windows)
     privacy = [{"region": w.region, "eps0": b.eps, "reports": len(b.values), **(b.guarantee or {})}
                for w in windows for b in w.batches]

@@ -53,7 +53,7 @@ class RangeCandidate:
                 "bias_bound": self.bias_bound, "rmse_bound": self.rmse_bound}
 
 
-def clip_bias_bound(edges: Sequence[float], freqs: Sequence[float], freq_variances: Sequence[float] | None,
+def clip_bias_bound(edges: Sequence[float], freqs: Sequence[float] | np.ndarray, freq_variances: Sequence[float] | None,
                     x_max: float, z: float = BOUND_Z) -> float:
     """B(x_max) = sum_b max(0, f_b) (hi_b - x_max)^+ + z se: each bucket at its
     upper edge; negative debiased shares count as 0 (that only raises the

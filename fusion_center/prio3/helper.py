@@ -42,6 +42,7 @@ import contextlib
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter as PromCounter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -108,7 +109,19 @@ class HelperMetrics:
                                          "kind", ["kind"], registry=registry)
 
 
+def _warmed(f: asyncio.Future) -> None:
+    if not f.cancelled() and f.exception() is not None:
+        log.warning("fusion prio3: the decryption workers did not start (%r); large windows open in this process",
+                    f.exception())
+
+
 class Prio3Helper:
+    # open() and connect() make these; nothing reads them before.
+    store: HelperStore
+    opener: ShareOpener
+    sink: Any
+    sender: OutboxSender
+
     def __init__(self, cfg: Prio3FusionConfig, *, regions: list[str], merge_deadline_s: float,
                  registry: CollectorRegistry, storage: Outage):
         self.cfg = cfg
@@ -118,12 +131,8 @@ class Prio3Helper:
         self.storage = storage
         self.answering = Outage("fusion prio3 answers", log)
         self.outbox_wakeup, self.work_wakeup = Wakeup(), Wakeup()
-        self.store: HelperStore | None = None
         self.answers: dict[tuple[str, int], Answer] = {}
         self.verify_key = b""
-        self.opener: ShareOpener | None = None
-        self.sender: OutboxSender | None = None
-        self.sink = None
         self.alarm = Alarm("fusion prio3", log)
         self._own: dict[str, Prio3Params] = {}      # params JSON -> model (the store's log, parsed once)
         self.noise_bits = None     # tests only: a RandomBits for the helper's noise (None: os.urandom)
@@ -147,9 +156,7 @@ class Prio3Helper:
         """Answers go back over the transport the batches came by."""
         stack.callback(self.opener.close)
         warming = asyncio.get_running_loop().run_in_executor(None, self.opener.warm)   # in the background
-        warming.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
-            "fusion prio3: the decryption workers did not start (%r); large windows open in this process",
-            f.exception()))
+        warming.add_done_callback(_warmed)
         if transport == "kafka":
             self.sink = KafkaSink(kafka.model_copy(update={"topic": topics.KAFKA_PRIO3_VERIFY_TOPIC}))
             stack.push_async_callback(self.sink.stop)
@@ -252,7 +259,7 @@ class Prio3Helper:
             self._staged[key] = d
             self._parts.append((m.region, m.t, m.first, text))
         else:
-            key = ("share", m.region, m.t)
+            key = ("share", m.region, m.t, -1)      # -1: the share, beside the parts 0, 1, ...
             verdict = self._staged_verdict(key, d) or self.store.share_verdict(m.region, m.t, d)
             if verdict in ("repeat", "late"):
                 return
@@ -308,7 +315,7 @@ class Prio3Helper:
         for region, t, state, received in self.store.windows():
             answer = self.answers.get((region, t))
             share = self.store.share(region, t) if answer is not None else None
-            if share is not None:
+            if share is not None and answer is not None:
                 self._combine(region, t, answer, Prio3Share.model_validate_json(share), now)
                 done += 1
             elif answer is None or state != "answered":
@@ -362,7 +369,7 @@ class Prio3Helper:
         self.store.finish(region, t, record, now, reason)
         self.answers.pop((region, t), None)
         if record is None:
-            self.metrics.windows.labels(f"dropped_{reason.split(':')[0]}").inc()
+            self.metrics.windows.labels(f"dropped_{(reason or '').split(':')[0]}").inc()
             if reason == "accepted_mismatch":       # the leader summed another set than it says: an alarm
                 self.metrics.discrepancies.labels(reason).inc()
                 self.alarm.raised(reason, f"({region}, {t}): the leader's share does not sum the reports its "

@@ -156,7 +156,7 @@ def build_aggregate(t: int, ready: list[tuple[str, dict]], precision: ControlMes
     for w in windows_w:
         win[str(w)] = {name: WindowedOut(**windowed({**(history or {}).get(history_key("prio3", name), {}), t: e},
                                                     t, w, level)) for name, e in est.items()}
-    rejected = Counter()
+    rejected: Counter[str] = Counter()
     for r in records:
         rejected.update(r["rejected"])
         if r["ingest_rejected"]:
@@ -189,6 +189,7 @@ def with_context(agg: Aggregate, params: Prio3Params, precision: ControlMessage,
                  clip_bias_bound: float | None) -> Aggregate:
     """The fields every aggregate has beside its estimates (fusion_center.ldp.context):
     wall-clock time, the privacy unit and, for a sum, the clipping."""
+    assert agg.prio3 is not None
     wc = agg.prio3.wall_clock
     day = privacy_over_time(params.dp_eps, wc.period_s, 24.0)
     unit = PrivacyUnit(

@@ -42,10 +42,12 @@ class HelperRole(Role):
     @classmethod
     def check_config(cls, cfg: Any) -> None:
         p, table = cfg.precision.prio3, getattr(cfg, PRIO3, None)
-        if p is not None and table is None:
+        if p is None:
+            return
+        if table is None:
             raise ValueError("precision.mechanism = \"prio3\" needs a [prio3] table (private_key_file, key_id, "
                              "verify_key_file)")
-        if p is not None and p.key_id != table.key_id:
+        if p.key_id != table.key_id:
             raise ValueError(f"precision.prio3.key_id {p.key_id!r} is not this fusion center's key "
                              f"([prio3] key_id {table.key_id!r}): devices would refuse it")
 

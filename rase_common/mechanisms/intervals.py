@@ -231,7 +231,9 @@ def bonferroni(parts: list[tuple[float, Estimate]], level: float, method: str) -
     value = sum(w * e.value for w, e in parts)
     lo = sum(w * e.lo for w, e in parts)
     hi = sum(w * e.hi for w, e in parts)
-    var = sum(w * w * e.var for w, e in parts) if all(e.var is not None for _, e in parts) else None
+    variances = [e.var for _, e in parts]
+    var = sum(w * w * v for (w, _), v in zip(parts, variances) if v is not None) \
+        if all(v is not None for v in variances) else None
     return Estimate(value, lo, hi, sum(e.n for _, e in parts), method, var)
 
 

@@ -95,8 +95,9 @@ def mean_tests(top_law, bottom_law, x_min: float, x_max: float, slack: float,
     def below(y: float) -> float:
         return (x_min - debias(y) - slack) / scale
 
-    return (PlausibilityTest("above", *normalized(*top_law, x_max, 1.0, scale), above, debias),
-            PlausibilityTest("below", *normalized(*bottom_law, x_min, -1.0, scale), below, debias))
+    (top_v, top_p), (bottom_v, bottom_p) = top_law, bottom_law
+    return (PlausibilityTest("above", *normalized(top_v, top_p, x_max, 1.0, scale), above, debias),
+            PlausibilityTest("below", *normalized(bottom_v, bottom_p, x_min, -1.0, scale), below, debias))
 
 
 def bernoulli_test(name: str, p_one: float, score: Callable[[float], float]) -> PlausibilityTest:

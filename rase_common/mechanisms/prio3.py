@@ -107,7 +107,7 @@ class NoiseSum:
         """P(|Z| <= c)."""
         return 1.0 - 2.0 * self.tail(c)
 
-    @functools.lru_cache(maxsize=64)
+    @functools.lru_cache(maxsize=64)  # noqa: B019 - the laws are few and frozen; each keeps its cache
     def half_width(self, level: float) -> int:
         """The smallest integer c with P(|Z| <= c) >= level."""
         if self.draws == 0:

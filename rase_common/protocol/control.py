@@ -132,6 +132,7 @@ class ControlPolicy(BaseModel):
 def _check_prio3(msg: ControlMessage, grid_steps: int) -> None:
     """The same rules as the device's parser (rase_device.wire.parse_control) and Prio3Client."""
     p = msg.prio3
+    assert p is not None
     if msg.eps_levels != [p.dp_eps]:
         raise ValueError(f"eps_levels must be [prio3.dp_eps] = [{p.dp_eps}] when mechanism is prio3")
     if p.kind == "sum" and p.max_measurement != grid_steps:

@@ -64,7 +64,7 @@ class Prio3Params(BaseModel):
             raise ValueError("prio3.max_measurement is set exactly for kind sum")
         if (self.kind == "histogram") != (self.buckets is not None and self.chunk_length is not None):
             raise ValueError("prio3.buckets and prio3.chunk_length are set exactly for kind histogram")
-        if self.buckets is not None and self.chunk_length > self.buckets:
+        if self.buckets is not None and self.chunk_length is not None and self.chunk_length > self.buckets:
             raise ValueError("prio3.chunk_length must be <= buckets")
         if self.product != "per-t" and self.kind != "sum":
             raise ValueError(f"prio3.product {self.product!r} averages readings: it needs kind sum")

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field
 from rase_device.mechanisms import DEFAULT_MECHANISM, check_mechanism
 from rase_common.protocol.topics import windows_topic
 
-WINDOW_VERSION = 2
+WINDOW_VERSION: Literal[2] = 2
 MAX_T = 1 << 40                 # logical timestamps: 2^40 periods of 1 ms is 35 years
 MAX_WINDOW_REPORTS = 10_000_000
 MIN_EPS, MAX_EPS = 1e-4, 1e3    # published eps levels; no denormal or absurd level reaches an estimator

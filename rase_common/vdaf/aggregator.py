@@ -52,7 +52,8 @@ class Prio3Aggregator:
         if len(peer_verifier_shares) != len(self._mine):
             raise ValueError(f"the peer sent {len(peer_verifier_shares)} verifier shares for "
                              f"{len(self._mine)} reports")
-        pair = [self._mine, list(peer_verifier_shares)] if self.agg_id == 0 else [list(peer_verifier_shares), self._mine]
+        peer = list(peer_verifier_shares)
+        pair = [self._mine, peer] if self.agg_id == 0 else [peer, self._mine]
         messages, msg_reasons = batch.verifier_shares_to_message(self.vdaf, self.ctx, pair)
         own_before = list(state.reasons)
         batch.verify_next(state, messages)

@@ -235,22 +235,24 @@ def verifier_shares_to_message(vdaf: p3.Prio3, ctx: bytes, verifier_shares: Sequ
     if not n:
         return messages, reasons
     vlen = size - (SEED if vdaf.uses_joint_rand else 0)
-    encoded = [np.frombuffer(b"".join(bytes(shares[i][:vlen]) for i in live), dtype=np.uint8).reshape(n, vlen)
-               for shares in verifier_shares]
+    # Every share of a live report is there (reasons says None only then).
+    encoded = [np.frombuffer(b"".join(bytes(shares[i][:vlen]) for i in live), dtype=np.uint8)  # type: ignore[index]
+               .reshape(n, vlen) for shares in verifier_shares]
     ok, valid = np.ones(n, dtype=bool), np.ones(n, dtype=bool)
     vl = vdaf.VERIFIER_LEN
     with np.errstate(over="ignore"):
         for cols in _blocks(n):
-            total = None
+            total: np.ndarray | None = None
             for matrix in encoded:
                 rows, canon = F.decode(matrix[cols])
                 ok[cols] &= canon
                 total = rows if total is None else F.add(total, rows)
+            assert total is not None
             for k in range(vdaf.PROOFS):
                 valid[cols] &= flp.decide(vdaf.valid, F, list(total[k * vl:(k + 1) * vl]))
     seeds: list[bytes] = []
     if vdaf.uses_joint_rand:
-        binders = [b"".join(bytes(s[i][vlen:]) for s in verifier_shares) for i in live]
+        binders = [b"".join(bytes(s[i][vlen:]) for s in verifier_shares) for i in live]  # type: ignore[index]
         seeds = xof.derive_seeds([bytes(SEED)] * n, vdaf.dst(p3.USAGE_JOINT_RAND_SEED, ctx), binders)
     for k, i in enumerate(live):
         if not ok[k]:

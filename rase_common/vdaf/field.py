@@ -99,14 +99,14 @@ class VecField64:
 
     def below_modulus(self, data: np.ndarray) -> np.ndarray:
         """Per report of data (uint8, (N, k*8)): every encoded element is below p."""
-        return (np.ascontiguousarray(data).view("<u8").reshape(data.shape[0], -1) < self._p).all(axis=1)
+        return np.asarray((np.ascontiguousarray(data).view("<u8").reshape(data.shape[0], -1) < self._p).all(axis=1))
 
     def decode(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rows, ok): data is uint8 of shape (N, k*8); rows is (k, N); ok marks
         the reports whose every element is below the modulus."""
         n = data.shape[0]
         vals = np.ascontiguousarray(data).view("<u8").reshape(n, -1).astype(np.uint64)
-        return vals.T.copy(), (vals < self._p).all(axis=1)
+        return vals.T.copy(), np.asarray((vals < self._p).all(axis=1))
 
     def encode(self, rows: np.ndarray) -> np.ndarray:
         """uint8 (N, k*8) from rows (k, N)."""

@@ -73,6 +73,6 @@ def expand_encoded(vfield, seeds: Sequence[bytes], dst: bytes, binders: Sequence
     if len(redo):
         raw = raw.copy()
         for i in redo:
-            redone = _expand_one(vfield, seeds[i], dst, binders[i], length)
+            redone = _expand_one(vfield, seeds[int(i)], dst, binders[int(i)], length)
             raw[i] = np.frombuffer(vfield.scalar.encode_vec(redone), dtype=np.uint8)
     return raw

@@ -56,7 +56,7 @@ def test_an_unregistered_device_hears_why_its_reports_are_rejected(mosquitto, tm
             time.sleep(0.02)
         runs = [ServiceThread(svc), ServiceThread(known)]
         try:
-            assert rec.wait_for(lambda: svc.transport is not None and svc.transport.feedback.count("stranger") >= 1, 20)
+            assert rec.wait_for(lambda: getattr(svc, "transport", None) is not None and svc.transport.feedback.count("stranger") >= 1, 20)
             assert rec.wait_for(lambda: any(s.counts and s.counts.rejected_by_fog >= 1
                                             for s in statuses(rec, "stranger")), 10)
             time.sleep(1.0)                              # more rejected reports: no more feedback within a minute

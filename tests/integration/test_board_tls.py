@@ -4,7 +4,6 @@ verified by a CPython client, and refused with another CA."""
 import json
 import threading
 
-import paho.mqtt.client as mqtt
 import pytest
 
 from rase_common.mqtt import BrokerConfig, paho_client

@@ -5,7 +5,6 @@ service given another CA is refused before it sends anything."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 

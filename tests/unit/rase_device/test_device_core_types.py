@@ -14,6 +14,7 @@ from mypy import api as mypy_api
 
 from edge_agent.flash import DEVICE_CORE, PACKAGE_DIR
 
+pytestmark = pytest.mark.downloads     # `make stubs` installs the boards' stubs
 STUBS = PACKAGE_DIR.parent / ".tools" / "stubs"
 PORTS = ("esp32", "rp2")
 

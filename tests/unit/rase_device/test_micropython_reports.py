@@ -2,7 +2,6 @@
 bytes give the same reports as CPython, and the distribution is the exact one."""
 
 import json
-from collections import Counter
 
 import pytest
 from scipy import stats

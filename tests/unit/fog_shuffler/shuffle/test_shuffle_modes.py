@@ -13,8 +13,7 @@ from fog_shuffler.config import ShufflerConfig
 from fog_shuffler.shuffle.mallows import kendall_distance
 from fog_shuffler.shuffle.randomness import window_rng
 from fog_shuffler.shuffle.relationship import RelationshipGraph
-from fog_shuffler.shuffle.robust_shuffler import (ShuffleParams, buds_batches, buds_iterative_shuffle, buds_shuffle,
-                                          dsigma_shuffle, robust_shuffle, shuffle_window, sigma0_width,
+from fog_shuffler.shuffle.robust_shuffler import (ShuffleParams, buds_batches, buds_iterative_shuffle, dsigma_shuffle, robust_shuffle, shuffle_window, sigma0_width,
                                           smallest_batch)
 from tests.stats import P_MIN
 
