@@ -397,7 +397,8 @@ class Prio3Leader:
             self._refused(f"helper_refused_{answer.refused}"[:40], f"the helper refused the batch of "
                                                                   f"({region}, {t}): {answer.refused}")
         else:
-            for reason, k in Counter(r.value for r in (agg.reasons if agg is not None else []) if r is not None).items():
+            reasons = agg.reasons if agg is not None else []
+            for reason, k in Counter(r.value for r in reasons if r is not None).items():
                 self.metrics.rejected.labels(reason).inc(k)
         found = share.statement.discrepancies if share.statement else {}
         for kind, k in found.items():
