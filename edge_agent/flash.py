@@ -34,7 +34,7 @@ DEVICE_CORE = (("__init__.py", "entropy.py", "dlaplace.py", "ldp_rational.py", "
                + ("mechanisms.py", "ledger.py", "wire.py", "policy.py", "outbox.py", "schedule.py", "core.py",
                   "dns.py", "board_net.py", "umqtt_transport.py", "board.py", "vdaf_field.py", "turboshake.py",
                   "flp.py", "prio3.py", "x25519.py", "chacha20poly1305.py", "hpke.py", "prio3_report.py",
-                  "secagg.py"))
+                  "secagg.py", "prio3_binary.py"))
 
 MPREMOTE = [sys.executable, "-m", "mpremote"]
 # Run on the board: says whether umqtt.simple is importable (frozen or

@@ -133,6 +133,7 @@ class ProtocolGate:
         self.follower = ProtocolFollower(own, grace_periods)
         self.policy = policy
         self.rules = rules_for(rules, own)
+        self._memo: dict[int, tuple[Protocol, IngestRules, IngestRules]] = {}
 
     @property
     def current(self) -> Protocol:
@@ -198,8 +199,17 @@ class ProtocolGate:
         *first, last = self.candidates(now_t)
         for p in first:
             try:
-                return check(topic, payload, now_t, rules_for(self.rules, p), p)
+                return check(topic, payload, now_t, self._rules_under(p), p)
             except Rejected as err:
                 if err.reason not in retry_on:
                     raise
-        return check(topic, payload, now_t, rules_for(self.rules, last), last)
+        return check(topic, payload, now_t, self._rules_under(last), last)
+
+    def _rules_under(self, p: Protocol) -> IngestRules:
+        """rules_for(self.rules, p), made once per (rules, parameters): a role's check runs per report."""
+        hit = self._memo.get(id(p))
+        if hit is None or hit[0] is not p or hit[1] is not self.rules:
+            if len(self._memo) > 8:
+                self._memo.clear()
+            hit = self._memo[id(p)] = (p, self.rules, rules_for(self.rules, p))
+        return hit[2]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 
 from rase_common.protocol.topics import feedback_topic, parse_report_topic
+from rase_device import prio3_binary
 
 MAX_KEPT = 256      # timestamps per receipt: a backlog's receipts stay small messages
 
@@ -66,10 +67,13 @@ class Receipts:
         where = parse_report_topic(topic)
         if where is None or self.devices.get(where[1]) != where[0]:
             return
-        try:
-            t = json.loads(payload).get("t")
-        except (ValueError, AttributeError, UnicodeDecodeError):
-            return
+        if payload[:2] == prio3_binary.MAGIC:          # a binary Prio3 report: t in its header (issue 30)
+            t = prio3_binary.report_t(payload)
+        else:
+            try:
+                t = json.loads(payload).get("t")
+            except (ValueError, AttributeError, UnicodeDecodeError):
+                return
         if isinstance(t, int) and not isinstance(t, bool) and t >= 0:
             self.note(topic, t, late=late)
 

@@ -24,6 +24,7 @@ from rase_common.errors import ConfigError
 from rase_common.mechanisms.prio3 import central_noise, draw_noise
 from rase_common.protocol.prio3 import Prio3Params
 from rase_common.vdaf import open_helper_shares
+from rase_common.vdaf.workers import VerifyPool
 
 
 def read_key(path: Path, what: str, size: int = VERIFY_KEY_SIZE) -> bytes:
@@ -92,55 +93,30 @@ def tile(parts: Sequence, total: int):
     return ordered if at == total and (ordered or total == 0) else None
 
 
-class ShareOpener:
-    """Opens a window's sealed helper shares (HPKE, `cryptography`) on
-    `workers` processes: each opening is one X25519 exchange and the key
-    schedule, about 100 us, mostly under the GIL, so threads gain little
-    (1.5x on two cores) where processes scale with the cores that are free.
-    Small windows open in the calling process. close() stops the workers."""
+class ShareOpener(VerifyPool):
+    """The helper's worker processes (rase_common.vdaf.workers.VerifyPool)
+    with its HPKE private key: `helper_verify` opens a window's sealed shares
+    and verifies them chunk by chunk on `workers` processes (each opening is
+    one X25519 exchange and the key schedule, about 60 us, mostly under the
+    GIL, so threads gain little where processes scale with the cores), and
+    `open` only opens (small windows in the calling process). close() stops
+    the workers."""
 
-    SMALL = 2000
-
-    def __init__(self, private_key: bytes, workers: int = 2):
-        import threading
-
+    def __init__(self, private_key: bytes, workers: int = 2, small: int | None = None):
+        super().__init__(workers, small)
         self.private_key = private_key
-        self.workers = workers
-        self._pool = None
-        self._lock = threading.Lock()
-
-    def warm(self) -> None:
-        """Start the workers now (each imports `cryptography`: seconds), not with the first large window."""
-        if self.workers > 1:
-            self._workers().submit(len, b"").result()
-
-    def _workers(self):  # noqa: ANN202
-        with self._lock:
-            if self._pool is None:
-                import multiprocessing
-                from concurrent.futures import ProcessPoolExecutor
-
-                # spawn: the service has threads (paho's, asyncio's), which a fork would copy half-way
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-            return self._pool
 
     def open(self, ctx: bytes, nonces: Sequence[bytes], public_shares: Sequence[bytes], sealed: Sequence[bytes]
              ) -> list[bytes | None]:
         n = len(nonces)
-        if self.workers <= 1 or n < self.SMALL:
+        if self.workers <= 1 or n < self.small:
             return open_helper_shares(self.private_key, ctx, nonces, public_shares, sealed)
-        pool = self._workers()
+        pool = self._executor()
         step = (n + self.workers - 1) // self.workers
         futures = [pool.submit(open_helper_shares, self.private_key, ctx, list(nonces[i:i + step]),
-                                     list(public_shares[i:i + step]), list(sealed[i:i + step]))
+                               list(public_shares[i:i + step]), list(sealed[i:i + step]))
                    for i in range(0, n, step)]
         return [x for f in futures for x in f.result()]
-
-    def close(self) -> None:
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
 
 
 async def compute(fn, *args, in_thread: bool, **kw):  # noqa: ANN001, ANN201

@@ -36,6 +36,7 @@ package(
         "hpke.py",
         "prio3_report.py",
         "secagg.py",
+        "prio3_binary.py",
     ),
     base_path="..",
 )

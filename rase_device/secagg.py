@@ -151,6 +151,9 @@ class Prio3Client:
         # that makes the same bytes (rase_common.vdaf.fast_client).
         self.make_report = make_report
         self.control_key = None   # what it was built from (AgentCore keeps it while that does not change)
+        # "binary" (rase_device.prio3_binary: 487 bytes for Sum(4000), read by the fog without JSON) or
+        # "json" (encode_report: readable, for debugging); the fog reads both.
+        self.encoding = "binary"
 
     def _measurer(self, calibration, on_above, bands):
         if self.kind == "sum":
@@ -193,7 +196,12 @@ class Prio3Client:
         return due
 
     def report(self, t, measurement, eps, seq):
-        """The JSON payload of one report of product timestamp t."""
+        """The payload of one report of product timestamp t: binary bytes, or
+        JSON text with encoding "json" (eps is in the JSON only: the params id
+        commits to it)."""
         ctx = report_ctx(self.region, t, self.params_id)
-        return encode_report(t, eps, seq, self.make_report(self.vdaf, ctx, measurement, self.helper_public_key,
-                                                           self.read), self.params_id)
+        report = self.make_report(self.vdaf, ctx, measurement, self.helper_public_key, self.read)
+        if self.encoding == "json":
+            return encode_report(t, eps, seq, report, self.params_id)
+        from rase_device.prio3_binary import encode
+        return encode(t, seq, self.params_id, report)

@@ -27,9 +27,10 @@ def _mqtt_str(s: bytes) -> bytes:
     return len(s).to_bytes(2, "big") + s
 
 
-def publish_packet(topic: str, payload: str, mid: int) -> bytes:
+def publish_packet(topic: str, payload: str | bytes, mid: int) -> bytes:
     """An MQTT 3.1.1 PUBLISH, QoS 1 (fixed header 0x32)."""
-    body = _mqtt_str(topic.encode()) + mid.to_bytes(2, "big") + payload.encode()
+    body = _mqtt_str(topic.encode()) + mid.to_bytes(2, "big") + (payload.encode() if isinstance(payload, str)
+                                                                  else bytes(payload))
     return b"\x32" + varint(len(body)) + body
 
 

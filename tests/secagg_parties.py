@@ -17,6 +17,7 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 
 from fog_shuffler.ingest import Rejected
@@ -97,9 +98,16 @@ class TwoParties:
         return [fast_make_report(vdaf, ctx, m, self.public_key, read or os.urandom) for m in measurements]
 
     # -- the leader's steps -------------------------------------------------------------------------------
-    def leader_close(self, region: str, t: int, reports: list[tuple], ingest_rejected: int = 0) -> list[str]:
+    def leader_close(self, region: str, t: int, reports: list[tuple], ingest_rejected: int = 0,
+                     params: Prio3Params | None = None) -> list[str]:
         """Ingest the reports (each as from its device), close the window, and
-        return the batch parts the leader sends."""
+        return the batch parts the leader sends. params: reports made under
+        other params than the leader's own, which its ingest would refuse
+        (their sizes differ): a lying leader closes them under those params."""
+        if params is not None and params.report_sizes() != self.params.report_sizes():
+            from fog_shuffler.prio3.leader_rules import close_batch
+
+            return close_batch(params, self.leader.verify_key, region, t, reports, np.random.default_rng(t)).messages
         for device, shares in zip(self.devices, reports):
             self.leader.accepted(Prio3Accepted(region, device, t, 0.0, self.params.dp_eps, "prio3", shares))
         self.leader.commit([])

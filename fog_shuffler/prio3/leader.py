@@ -39,6 +39,7 @@ outbox task and the reply intake.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -53,8 +54,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fog_shuffler.ingest import IngestRules, Rejected
 from fog_shuffler.prio3.leader_journal import SHARE_SEQ, LeaderJournal
 from fog_shuffler.prio3.leader_rules import (PRIO3, Prio3Accepted, close_batch, compare_published, dropped_share,
-                                             finish_window, helper_columns, split_prio3, statement_of,
-                                             validate_report)
+                                             finish_window, helper_columns, leader_verify, record_columns, record_of,
+                                             records_matrix, split_prio3, statement_of, validate_report)
 from fog_shuffler.shuffle.randomness import window_rng
 from fog_shuffler.windows import ClosedWindow
 from rase_common.errors import Outage, ProtocolError
@@ -68,6 +69,8 @@ from rase_common.protocol.aggregate import Aggregate
 from rase_common.protocol.prio3 import Prio3Params, Prio3Statement, Prio3Verify
 from rase_common.secagg import Alarm, compute, read_key, work_loop
 from rase_common.vdaf import Prio3Aggregator
+from rase_common.vdaf.workers import VerifyPool
+from rase_device import prio3_binary
 
 log = logging.getLogger(__name__)
 LARGE = 2000          # verify in a worker thread above this many reports
@@ -84,6 +87,8 @@ class Prio3FogConfig(BaseModel):
     verify_timeout_s: float = Field(30.0, gt=0)     # no answer from the helper: send the batch again
     verify_deadline_s: float = Field(600.0, gt=0)   # then drop the window (reason verification_timeout)
     kafka_group_id: str | None = None               # Kafka: the group reading the helper's answers
+    # Processes verifying a large window (issue 30: rase_common.vdaf.workers), one per core this host gives the fog.
+    verify_workers: int = Field(2, ge=1, le=64)
     # Tests only: the leader adds no noise to its aggregate share (the exactness test).
     unsafe_no_noise_for_tests: bool = False
 
@@ -113,12 +118,19 @@ class _Pending:
     nonces: dict = field(default_factory=dict)
 
 
+def _warmed(f: asyncio.Future) -> None:
+    if not f.cancelled() and f.exception() is not None:
+        log.warning("fog prio3: the verification workers did not start (%r); windows verify in this process",
+                    f.exception())
+
+
 class Prio3Leader:
     """The leader's state and tasks inside a FogService (wiring: the fog's
     ingest calls validate/accepted/reply/commit, its closer calls close)."""
 
     # open() and connect() make these; nothing reads them before.
     journal: LeaderJournal
+    pool: VerifyPool
     sink: Any
     sender: OutboxSender
 
@@ -155,6 +167,7 @@ class Prio3Leader:
 
     def open(self, db) -> None:  # noqa: ANN001 - the fog journal's connection
         self.verify_key = read_key(self.cfg.verify_key_file, "fog [prio3] verify_key_file")
+        self.pool = VerifyPool(self.cfg.verify_workers)
         self.journal = LeaderJournal(db)
         self.nonces = self.journal.nonces()
         if self.cfg.unsafe_no_noise_for_tests:
@@ -167,6 +180,9 @@ class Prio3Leader:
         producer), the helper's answers come back the same way (MQTT: with the
         reports; Kafka: a consumer of their topic). `sink`: a test's own. The
         leader's statements go on its own MQTT topic (`statement_sink`: a test's own)."""
+        stack.callback(self.pool.close)
+        warming = asyncio.get_running_loop().run_in_executor(None, self.pool.warm)   # in the background
+        warming.add_done_callback(_warmed)
         if sink is None and transport == "kafka":
             sink = KafkaSink(kafka)
             stack.push_async_callback(sink.stop)
@@ -210,7 +226,8 @@ class Prio3Leader:
     # -- ingest -------------------------------------------------------------------------------
     @staticmethod
     def is_report(payload: bytes) -> bool:
-        return b'"nonce":' in payload[:96]
+        """A Prio3 report: binary (its magic), or JSON (a nonce among the first fields)."""
+        return payload[:2] == prio3_binary.MAGIC or b'"nonce":' in payload[:96]
 
     def validate(self, topic: str, payload: bytes, now_t: int, rules: IngestRules, params: Prio3Params | None
                  ) -> Prio3Accepted:
@@ -222,7 +239,7 @@ class Prio3Leader:
         return rep
 
     def accepted(self, rep: Prio3Accepted) -> None:
-        self.pending.reports.append((rep.region, rep.t, rep.device, *rep.shares, rep.eps))
+        self.pending.reports.append((rep.region, rep.t, rep.device, record_of(rep.shares), rep.eps))
         self.pending.nonces[rep.shares[0]] = (rep.region, rep.t, rep.device)
 
     def is_reply(self, topic: str) -> bool:
@@ -332,17 +349,18 @@ class Prio3Leader:
         if cw.suppressed or len(cw.devices) < self.k_min:
             self.journal.close(cw.region, cw.t, None, "", [], time.time())
             return False
-        reports = self.journal.reports_of(cw.region, cw.t, cw.devices)
         started = time.perf_counter()
+        reports = records_matrix(params, self.journal.records_of(cw.region, cw.t, cw.devices))
+        n = reports.shape[0]
         closed = await compute(close_batch, params, self.verify_key, cw.region, cw.t, reports, window_rng(),
-                               ingest_rejected, in_thread=len(reports) > LARGE)
-        batch = [reports[i] for i in closed.order]
-        self.journal.close(cw.region, cw.t, batch, params.model_dump_json(), closed.messages, time.time(),
-                           ingest=ingest_reasons if ingest_reasons is not None else
-                           ({"unknown": ingest_rejected} if ingest_rejected else {}))
+                               ingest_rejected, self.pool, in_thread=n > LARGE)
+        assert closed.records is not None
+        self.journal.close(cw.region, cw.t, closed.records.tobytes(), params.model_dump_json(), closed.messages,
+                           time.time(), ingest=ingest_reasons if ingest_reasons is not None else
+                           ({"unknown": ingest_rejected} if ingest_rejected else {}), total=n)
         self.states[(cw.region, cw.t)] = closed.aggregator
         self.metrics.windows.labels("forwarded").inc()
-        log.info("fog prio3 (%s, %d): closed, %d reports, batch queued in %.3f s", cw.region, cw.t, len(reports),
+        log.info("fog prio3 (%s, %d): closed, %d reports, batch queued in %.3f s", cw.region, cw.t, n,
                  time.perf_counter() - started)
         self.outbox_wakeup.set()
         return True
@@ -382,13 +400,14 @@ class Prio3Leader:
 
     async def _finish(self, params, region, t, total, answer) -> None:  # noqa: ANN001
         agg = self.states.pop((region, t), None)
-        batch = self.journal.batch(region, t)
+        batch = records_matrix(params, self.journal.batch(region, t))
         if agg is None and answer.refused is None:   # after a restart: verify_init again (deterministic)
-            agg = Prio3Aggregator(params.vdaf(), self.verify_key, params.ctx(region, t), 0)
-            agg.start([r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch])
-        share, n = await compute(finish_window, params, agg, region, t, [r[0] for r in batch], answer, self.k_min,
-                                 noise=not self.cfg.unsafe_no_noise_for_tests,
-                                 ingest_rejected=self.journal.ingest(region, t), in_thread=total > LARGE)
+            agg = await compute(leader_verify, params, self.verify_key, params.ctx(region, t), batch, self.pool,
+                                in_thread=total > LARGE)
+        share, n = await compute(finish_window, params, agg, region, t, record_columns(params, batch)[0], answer,
+                                 self.k_min, noise=not self.cfg.unsafe_no_noise_for_tests,
+                                 ingest_rejected=self.journal.ingest(region, t), pool=self.pool,
+                                 in_thread=total > LARGE)
         state = "done" if share.dropped is None else "dropped"
         self.journal.finish(region, t, share.model_dump_json(), state, share.dropped,
                             statement=share.statement.model_dump_json() if share.statement else None)

@@ -1,13 +1,20 @@
 """The leader's durable state (secure aggregation, issue 20), in the fog's
 journal database (SQLite, WAL, synchronous=FULL), beside fog_shuffler.journal.
 
-- `prio3_reports`: accepted Prio3 reports of open windows, with the device
-  (the fog may know who reported; nothing leaves with it). A batch of them is
-  committed before the broker gets its acknowledgement.
-- `prio3_nonces`: nonces of accepted reports (a repeat is rejected at ingest).
-- `prio3_batch`: a closed window's reports in the order the leader shuffled
-  and fixed at close, WITHOUT the device: identities are stripped at close,
-  in the same transaction that marks the window closed.
+A report's shares are kept as one `record`: nonce || public share || leader
+share || sealed helper share, of the sizes the leader's params fix
+(Prio3Params.report_sizes), so a window's reports are one matrix of bytes,
+one row per report (issue 30: the share bytes stay in arrays end to end).
+
+- `prio3_open`: accepted Prio3 reports of open windows, one row each, with
+  the device (the fog may know who reported; nothing leaves with it). A batch
+  of them is committed before the broker gets its acknowledgement.
+- `prio3_seen`: per closed window, the nonces of its reports and their
+  devices (a repeat is rejected at ingest; with those of `prio3_open`, what a
+  restart rebuilds the leader's nonces from).
+- `prio3_batch_blob`: a closed window's records in the order the leader
+  shuffled and fixed at close, concatenated, WITHOUT the devices: identities
+  are stripped at close, in the same transaction that marks the window closed.
 - `prio3_windows`: each closed window's step: `forwarded` (its batch is in the
   outbox; waiting for the helper's verifier shares), `done` (the leader's
   noisy aggregate share is in the outbox), `dropped` (with the reason).
@@ -21,6 +28,9 @@ journal database (SQLite, WAL, synchronous=FULL), beside fog_shuffler.journal.
   previous window (by reason, written at close) and the leader's statement
   (written with its share, and queued for rase/v1/prio3/statements/{region}
   at seq STATEMENT_SEQ): what a published aggregate is compared with.
+
+A journal written before issue 30 (`prio3_reports`, `prio3_nonces`,
+`prio3_batch`: a row per report) is moved into these tables when it is opened.
 """
 
 from __future__ import annotations
@@ -33,11 +43,9 @@ SHARE_SEQ = 1 << 30   # the leader's share follows its batch parts (0, 1, ...) i
 STATEMENT_SEQ = SHARE_SEQ + 1   # then its statement, for its own topic (a sender of its own)
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS prio3_reports (region TEXT, t INTEGER, device TEXT, nonce BLOB, public BLOB, leader BLOB,
-                                          sealed BLOB, eps REAL, PRIMARY KEY (region, t, device));
-CREATE TABLE IF NOT EXISTS prio3_nonces (nonce BLOB PRIMARY KEY, region TEXT, t INTEGER, device TEXT);
-CREATE TABLE IF NOT EXISTS prio3_batch (region TEXT, t INTEGER, pos INTEGER, nonce BLOB, public BLOB, leader BLOB,
-                                        sealed BLOB, PRIMARY KEY (region, t, pos));
+CREATE TABLE IF NOT EXISTS prio3_open (region TEXT, t INTEGER, device TEXT, record BLOB, eps REAL);
+CREATE TABLE IF NOT EXISTS prio3_seen (region TEXT, t INTEGER, devices TEXT, nonces BLOB, PRIMARY KEY (region, t));
+CREATE TABLE IF NOT EXISTS prio3_batch_blob (region TEXT, t INTEGER, records BLOB, PRIMARY KEY (region, t));
 CREATE TABLE IF NOT EXISTS prio3_windows (region TEXT, t INTEGER, state TEXT, params TEXT, total INTEGER,
                                           forwarded_at REAL, reason TEXT, sent_at REAL, PRIMARY KEY (region, t));
 CREATE TABLE IF NOT EXISTS prio3_replies (region TEXT, t INTEGER, first INTEGER, payload TEXT,
@@ -47,9 +55,10 @@ CREATE TABLE IF NOT EXISTS prio3_outbox (region TEXT, t INTEGER, seq INTEGER, pa
 CREATE TABLE IF NOT EXISTS prio3_views (region TEXT, t INTEGER, ingest TEXT, statement TEXT,
                                         PRIMARY KEY (region, t));
 """
+NONCE = 16
 
-# region, t, device, nonce, public share, leader share, sealed helper share, eps
-ReportRow = tuple[str, int, str, bytes, bytes, bytes, bytes, float]
+# region, t, device, record (nonce || public || leader || sealed), eps
+ReportRow = tuple[str, int, str, bytes, float]
 
 
 class LeaderJournal:
@@ -57,10 +66,40 @@ class LeaderJournal:
         self.db = db
         with storage_errors("fog journal"):
             db.executescript(SCHEMA)
+            self._move_old_tables()
+
+    def _move_old_tables(self) -> None:
+        """A journal of before issue 30 (a row per report in prio3_reports, prio3_batch, prio3_nonces): its rows
+        moved into this layout, in one transaction, then the old tables dropped."""
+        old = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name IN "
+                                             "('prio3_reports', 'prio3_batch', 'prio3_nonces')")}
+        if not old:
+            return
+        with self.db:
+            self.db.execute("BEGIN")
+            if "prio3_reports" in old:
+                self.db.execute("INSERT INTO prio3_open SELECT region, t, device, nonce || public || leader || sealed, "
+                                "eps FROM prio3_reports ORDER BY rowid")
+            if "prio3_batch" in old:
+                rows: dict[tuple[str, int], list[bytes]] = {}
+                for region, t, record in self.db.execute("SELECT region, t, nonce || public || leader || sealed "
+                                                         "FROM prio3_batch ORDER BY region, t, pos"):
+                    rows.setdefault((region, t), []).append(bytes(record))
+                self.db.executemany("INSERT OR REPLACE INTO prio3_batch_blob VALUES (?,?,?)",
+                                    [(r, t, b"".join(v)) for (r, t), v in rows.items()])
+            if "prio3_nonces" in old:
+                seen: dict[tuple[str, int], list[tuple[str, bytes]]] = {}
+                for nonce, region, t, device in self.db.execute("SELECT nonce, region, t, device FROM prio3_nonces"):
+                    seen.setdefault((region, t), []).append((device, bytes(nonce)))
+                self.db.executemany("INSERT OR REPLACE INTO prio3_seen VALUES (?,?,?,?)",
+                                    [(r, t, "\n".join(d for d, _ in v), b"".join(n for _, n in v))
+                                     for (r, t), v in seen.items()])
+            for name in sorted(old):
+                self.db.execute(f"DROP TABLE {name}")
 
     # -- ingest ------------------------------------------------------------------
     def add(self, reports: list[ReportRow], replies: list[tuple[str, int, int, str]]) -> None:
-        """One transaction: accepted reports (and their nonces) and helper replies."""
+        """One transaction: accepted reports and helper replies."""
         if not reports and not replies:
             return
         with storage_errors("fog journal"), self.db:
@@ -68,51 +107,76 @@ class LeaderJournal:
             self.write(reports, replies)
 
     def write(self, reports: list[ReportRow], replies: list[tuple[str, int, int, str]]) -> None:
-        """What add() writes, inside a transaction the caller opened (the fog's one per batch)."""
-        self.db.executemany("INSERT OR IGNORE INTO prio3_reports VALUES (?,?,?,?,?,?,?,?)", reports)
-        self.db.executemany("INSERT OR IGNORE INTO prio3_nonces VALUES (?,?,?,?)",
-                            [(r[3], r[0], r[1], r[2]) for r in reports])
-        self.db.executemany("INSERT OR IGNORE INTO prio3_replies VALUES (?,?,?,?)", replies)
+        """What add() writes, inside a transaction the caller opened (the fog's one per batch).
+        A report is never written twice: the windows take a (device, t) once, across restarts."""
+        if reports:
+            self.db.executemany("INSERT INTO prio3_open VALUES (?,?,?,?,?)", reports)
+        if replies:
+            self.db.executemany("INSERT OR IGNORE INTO prio3_replies VALUES (?,?,?,?)", replies)
 
     def open_reports(self) -> list[tuple[str, int, str, float, float, str]]:
         """The windows' view of the open reports (region, t, device, y, eps, mechanism)."""
         with storage_errors("fog journal"):
-            rows = self.db.execute("SELECT region, t, device, eps FROM prio3_reports ORDER BY rowid").fetchall()
+            rows = self.db.execute("SELECT region, t, device, eps FROM prio3_open ORDER BY rowid").fetchall()
         return [(r, t, d, 0.0, eps, "prio3") for r, t, d, eps in rows]
 
     def nonces(self) -> dict[bytes, tuple[str, int, str]]:
+        """Every nonce the leader took and has not pruned: (region, t, device) by nonce."""
+        out: dict[bytes, tuple[str, int, str]] = {}
         with storage_errors("fog journal"):
-            return {bytes(n): (r, t, d) for n, r, t, d in self.db.execute("SELECT * FROM prio3_nonces")}
+            for region, t, devices, nonces in self.db.execute("SELECT region, t, devices, nonces FROM prio3_seen"):
+                raw = bytes(nonces)
+                for i, d in enumerate(devices.split("\n") if devices else []):
+                    out[raw[i * NONCE:(i + 1) * NONCE]] = (region, t, d)
+            for region, t, device, record in self.db.execute("SELECT region, t, device, record FROM prio3_open"):
+                out[bytes(record[:NONCE])] = (region, t, device)
+        return out
 
-    def reports_of(self, region: str, t: int, devices: list[str]) -> list[tuple[bytes, bytes, bytes, bytes]]:
-        """(nonce, public, leader, sealed) of the given devices' reports of a window, in that order."""
+    def records_of(self, region: str, t: int, devices: list[str]) -> bytes:
+        """The records of the given devices' reports of a window, in that order, concatenated."""
         with storage_errors("fog journal"):
-            got = {d: (bytes(a), bytes(b), bytes(c), bytes(e)) for d, a, b, c, e in self.db.execute(
-                "SELECT device, nonce, public, leader, sealed FROM prio3_reports WHERE region=? AND t=?", (region, t))}
-        return [got[d] for d in devices]
+            got = {d: rec for d, rec in self.db.execute(
+                "SELECT device, record FROM prio3_open WHERE region=? AND t=?", (region, t))}
+        return b"".join(got[d] for d in devices)
 
     # -- closing -----------------------------------------------------------------------
-    def close(self, region: str, t: int, batch: list[tuple[bytes, bytes, bytes, bytes]] | None, params: str,
-              messages: list[str], now: float, reason: str | None = None, *, ingest: dict | None = None) -> None:
+    def close(self, region: str, t: int, batch: bytes | None, params: str, messages: list[str], now: float,
+              reason: str | None = None, *, ingest: dict | None = None, total: int = 0) -> None:
         """Atomically: the window is closed (the fog's `closed` marker), its
-        reports lose their devices and become the ordered batch, and its
-        messages for the helper are queued; batch None: suppressed (reason)."""
+        reports lose their devices and become the ordered batch (`total`
+        records, concatenated), the nonces of all its reports are kept with
+        their devices, and its messages for the helper are queued; batch
+        None: suppressed (reason)."""
         with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
             self.db.execute("INSERT OR IGNORE INTO closed VALUES (?,?,0)", (region, t))
-            self.db.execute("DELETE FROM prio3_reports WHERE region=? AND t=?", (region, t))
+            self._keep_nonces(region, t)
+            self.db.execute("DELETE FROM prio3_open WHERE region=? AND t=?", (region, t))
             if batch is None:      # suppressed: whatever else the window held goes too (fog_shuffler.journal's rows)
                 self.db.execute("DELETE FROM reports WHERE region=? AND t=?", (region, t))
                 self.db.execute("DELETE FROM duplicates WHERE region=? AND t=?", (region, t))
                 return
-            self.db.executemany("INSERT OR IGNORE INTO prio3_batch VALUES (?,?,?,?,?,?,?)",
-                                [(region, t, i, *r) for i, r in enumerate(batch)])
+            self.db.execute("INSERT OR REPLACE INTO prio3_batch_blob VALUES (?,?,?)", (region, t, batch))
             self.db.execute("INSERT OR REPLACE INTO prio3_windows VALUES (?,?,?,?,?,?,?,?)",
-                            (region, t, "forwarded", params, len(batch), now, reason, now))
+                            (region, t, "forwarded", params, total, now, reason, now))
             self.db.executemany("INSERT OR IGNORE INTO prio3_outbox (region, t, seq, payload) VALUES (?,?,?,?)",
                                 [(region, t, i, m) for i, m in enumerate(messages)])
             self.db.execute("INSERT OR REPLACE INTO prio3_views (region, t, ingest) VALUES (?,?,?)",
                             (region, t, json.dumps(ingest or {})))
+
+    def _keep_nonces(self, region: str, t: int) -> None:
+        """The window's reports' nonces and devices into prio3_seen (beside those of its earlier batches)."""
+        pairs: dict[str, bytes] = {}
+        prev = self.db.execute("SELECT devices, nonces FROM prio3_seen WHERE region=? AND t=?", (region, t)).fetchone()
+        if prev is not None and prev[0]:
+            raw = bytes(prev[1])
+            pairs = {d: raw[i * NONCE:(i + 1) * NONCE] for i, d in enumerate(prev[0].split("\n"))}
+        for device, nonce in self.db.execute("SELECT device, substr(record, 1, ?) FROM prio3_open WHERE region=? "
+                                             "AND t=?", (NONCE, region, t)):
+            pairs[device] = bytes(nonce)
+        if pairs:
+            self.db.execute("INSERT OR REPLACE INTO prio3_seen VALUES (?,?,?,?)",
+                            (region, t, "\n".join(pairs), b"".join(pairs.values())))
 
     def ingest(self, region: str, t: int) -> dict[str, int]:
         """The reports refused at ingest that the window's batch counted, by reason."""
@@ -136,14 +200,14 @@ class LeaderJournal:
 
     def has_reports(self, region: str, t: int) -> bool:
         with storage_errors("fog journal"):
-            return self.db.execute("SELECT 1 FROM prio3_reports WHERE region=? AND t=? LIMIT 1",
+            return self.db.execute("SELECT 1 FROM prio3_open WHERE region=? AND t=? LIMIT 1",
                                    (region, t)).fetchone() is not None
 
-    def batch(self, region: str, t: int) -> list[tuple[bytes, bytes, bytes, bytes]]:
+    def batch(self, region: str, t: int) -> bytes:
+        """A closed window's records in batch order, concatenated (b"": none, or forgotten)."""
         with storage_errors("fog journal"):
-            return [(bytes(a), bytes(b), bytes(c), bytes(d)) for a, b, c, d in self.db.execute(
-                "SELECT nonce, public, leader, sealed FROM prio3_batch WHERE region=? AND t=? ORDER BY pos",
-                (region, t))]
+            row = self.db.execute("SELECT records FROM prio3_batch_blob WHERE region=? AND t=?", (region, t)).fetchone()
+        return bytes(row[0]) if row else b""
 
     # -- the exchange ------------------------------------------------------------------------
     def waiting(self) -> list[tuple[str, int, str, int, float, float]]:
@@ -169,7 +233,7 @@ class LeaderJournal:
         shares are forgotten."""
         with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
-            self.db.execute("DELETE FROM prio3_batch WHERE region=? AND t=?", (region, t))
+            self.db.execute("DELETE FROM prio3_batch_blob WHERE region=? AND t=?", (region, t))
             self.db.execute("DELETE FROM prio3_replies WHERE region=? AND t=?", (region, t))
             self.db.execute("UPDATE prio3_windows SET state=?, reason=? WHERE region=? AND t=?",
                             (state, reason, region, t))
@@ -212,7 +276,7 @@ class LeaderJournal:
         """Forget nonces, finished windows and sent messages older than t_min."""
         with storage_errors("fog journal"), self.db:
             self.db.execute("BEGIN")
-            self.db.execute("DELETE FROM prio3_nonces WHERE t < ?", (t_min,))
+            self.db.execute("DELETE FROM prio3_seen WHERE t < ?", (t_min,))
             self.db.execute("DELETE FROM prio3_replies WHERE t < ? AND NOT EXISTS (SELECT 1 FROM prio3_windows w "
                             "WHERE w.region=prio3_replies.region AND w.t=prio3_replies.t AND w.state='forwarded')",
                             (t_min,))

@@ -22,18 +22,23 @@ from fog_shuffler.ingest import Accepted, IngestRules, Rejected, add_reasons, pa
 from fog_shuffler.reports import split
 from fog_shuffler.windows import ClosedWindow
 from rase_common.protocol.prio3 import (MAX_PRIO3_REPORT_BYTES, Prio3Batch, Prio3Params, Prio3Report, Prio3Share,
-                                        Prio3Statement, Prio3Summary, Prio3Verify, nonce_digest, pack, pack_mask,
-                                        parts_of)
+                                        Prio3Statement, Prio3Summary, Prio3Verify, nonce_digest, pack_mask,
+                                        pack_rows, parts_of, read_binary_report, share_size_error)
+from rase_common.protocol.topics import parse_report_topic
+from rase_device import prio3_binary
 from rase_common.secagg import noisy_share, tile
 from rase_common.vdaf import Prio3Aggregator
 from rase_common.vdaf.batch import Rejection
+from rase_common.vdaf.workers import Verified, VerifyPool
 
 PRIO3 = "prio3"
 # What the leader refuses beyond the fog's own reasons (fog_shuffler.ingest).
 # params_mismatch: a report made under other Prio3 params than the fog's own; prio3_reply_unsolicited:
 # a helper answer for a batch the fog never sent (issue 26).
+# malformed_report / unknown_version: a binary report (rase_device.prio3_binary) whose framing does not parse,
+# or of a version this fog does not read (issue 30).
 LEADER_REASONS = ("nonce_repeated", "malformed_share", "prio3_reply_invalid", "params_mismatch",
-                  "prio3_reply_unsolicited")
+                  "prio3_reply_unsolicited", "malformed_report", "unknown_version")
 add_reasons(LEADER_REASONS)
 
 
@@ -45,7 +50,9 @@ class Prio3Accepted(Accepted):
 
 def validate_report(topic: str, payload: bytes, now_t: int, rules: IngestRules, params: Prio3Params | None
                     ) -> Prio3Accepted:
-    """Accept one Prio3 report or raise Rejected(reason)."""
+    """Accept one Prio3 report, binary or JSON, or raise Rejected(reason)."""
+    if payload[:2] == prio3_binary.MAGIC:
+        return validate_binary_report(topic, payload, now_t, rules, params)
     region, device, rep = parse_report(topic, payload, now_t, rules, Prio3Report, MAX_PRIO3_REPORT_BYTES)
     if params is None or rules.mechanism != PRIO3:
         raise Rejected("impossible_y", "a Prio3 report, but the deployment's mechanism is " + rules.mechanism)
@@ -62,9 +69,73 @@ def validate_report(topic: str, payload: bytes, now_t: int, rules: IngestRules, 
     return Prio3Accepted(region, device, rep.t, 0.0, float(rep.eps), PRIO3, shares)
 
 
+def validate_binary_report(topic: str, payload: bytes, now_t: int, rules: IngestRules, params: Prio3Params | None
+                           ) -> Prio3Accepted:
+    """A binary report (rase_device.prio3_binary), checked as a JSON one is,
+    in the same order: its size, topic, framing (malformed_report,
+    unknown_version), device, t, the deployment's mechanism, its params id
+    (params_mismatch) and its share sizes (malformed_share). No eps to check:
+    the params id commits to dp_eps."""
+    if len(payload) > MAX_PRIO3_REPORT_BYTES:
+        raise Rejected("oversized", f"{len(payload)} bytes")
+    where = parse_report_topic(topic)
+    if where is None:
+        raise Rejected("bad_topic", topic[:80])
+    region, device = where
+    sizes = params.report_sizes() if params is not None else None
+    try:
+        t, _seq, pid, *shares = read_binary_report(payload, sizes)
+    except ValueError as err:
+        reason, _, detail = str(err).partition(": ")
+        raise Rejected(reason if reason == "unknown_version" else "malformed_report", detail[:80]) from None
+    if rules.devices.get(device) != region:
+        raise Rejected("unknown_device", f"{region}/{device}"[:80])
+    if t > now_t + 1 or (rules.lateness_periods is not None and t < now_t - rules.lateness_periods):
+        raise Rejected("t_out_of_range", f"t={t} now={now_t}")
+    if params is None or sizes is None or rules.mechanism != PRIO3:
+        raise Rejected("impossible_y", "a Prio3 report, but the deployment's mechanism is " + rules.mechanism)
+    if pid != params.params_id:
+        raise Rejected("params_mismatch", f"report params {pid} are not the fog's {params.params_id}")
+    nonce, pub, leader, sealed = shares
+    why = share_size_error((nonce, pub, leader, sealed), sizes)
+    if why:
+        raise Rejected("malformed_share", why[:80])
+    return Prio3Accepted(region, device, t, 0.0, float(params.dp_eps), PRIO3, (nonce, pub, leader, sealed))
+
+
 def split_prio3(cw: ClosedWindow) -> tuple[ClosedWindow, ClosedWindow | None]:
     """A closed window's Prio3 reports, and the rest (None: none), around a change of mechanism."""
     return split(cw, frozenset({PRIO3}))
+
+
+def record_of(shares: tuple[bytes, bytes, bytes, bytes]) -> bytes:
+    """A report's record in the leader's journal: nonce || public || leader || sealed (fixed sizes per params)."""
+    return b"".join(shares)
+
+
+def records_matrix(params: Prio3Params, rows) -> np.ndarray:  # noqa: ANN001 - records, 4-tuples or their bytes
+    """The reports of a window as one (N, record size) uint8 matrix: from their
+    records concatenated (bytes), or a list of records or of (nonce, public,
+    leader, sealed) tuples."""
+    width = sum(params.report_sizes())
+    if isinstance(rows, np.ndarray):
+        return rows
+    if isinstance(rows, (bytes, bytearray, memoryview)):
+        raw = bytes(rows)
+    else:
+        raw = b"".join(r if isinstance(r, (bytes, bytearray)) else record_of(r) for r in rows)
+    if len(raw) % width:
+        raise ValueError(f"{len(raw)} bytes of records are not whole records of {width} bytes")
+    return np.frombuffer(raw, dtype=np.uint8).reshape(-1, width)
+
+
+def record_columns(params: Prio3Params, records: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(nonces, public shares, leader shares, sealed helper shares) of a records matrix: views, no copy."""
+    out, at = [], 0
+    for k in params.report_sizes():
+        out.append(records[:, at:at + k])
+        at += k
+    return out[0], out[1], out[2], out[3]
 
 
 @dataclass
@@ -72,69 +143,76 @@ class ClosedBatch:
     order: list[int]                      # batch position -> index into the window's reports
     messages: list[str]                   # the Prio3Batch parts for the helper
     aggregator: Prio3Aggregator           # the leader's verification state
+    records: np.ndarray | None = None     # the window's records in batch order (N, record size)
 
 
-def close_batch(params: Prio3Params, verify_key: bytes, region: str, t: int,
-                reports: list[tuple[bytes, bytes, bytes, bytes]], rng: np.random.Generator,
-                ingest_rejected: int = 0) -> ClosedBatch:
+def leader_verify(params: Prio3Params, verify_key: bytes, ctx: bytes, records: np.ndarray,
+                  pool: VerifyPool | None = None) -> Prio3Aggregator:
+    """The leader's verify_init over a batch's records (on the pool's workers when large)."""
+    nonces, pubs, leaders, _ = record_columns(params, records)
+    v = (pool or VerifyPool(1)).leader_init(params, verify_key, ctx, nonces, pubs, leaders)
+    return Prio3Aggregator.of_state(params.vdaf(), verify_key, ctx, v.state, (v.shares, v.live))
+
+
+def close_batch(params: Prio3Params, verify_key: bytes, region: str, t: int, reports, rng: np.random.Generator,
+                ingest_rejected: int = 0, pool: VerifyPool | None = None) -> ClosedBatch:  # noqa: ANN001
     """Shuffle a window's reports uniformly, verify_init on the leader's shares,
-    and cut the batch for the helper into parts."""
-    order = [int(i) for i in rng.permutation(len(reports))]
-    batch = [reports[i] for i in order]
-    vdaf = params.vdaf()
-    agg = Prio3Aggregator(vdaf, verify_key, params.ctx(region, t), 0)
-    mine = agg.start([r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch])
+    and cut the batch for the helper into parts. reports: the window's records
+    (records_matrix's forms: a matrix, their bytes, or (nonce, public, leader,
+    sealed) tuples)."""
+    window = records_matrix(params, reports)
+    order = [int(i) for i in rng.permutation(window.shape[0])]
+    batch = window[np.asarray(order, dtype=np.intp)] if order else window
+    agg = leader_verify(params, verify_key, params.ctx(region, t), batch, pool)
+    vs, live = agg.columns
+    nonces, pubs, _, sealed = record_columns(params, batch)
     sizes = params.report_sizes()
-    vs = vdaf.verifier_share_size()
     messages = []
-    for first, count in parts_of(len(batch), sizes[0] + sizes[1] + sizes[3] + vs):
-        rows = batch[first:first + count]
-        mine_part = mine[first:first + count]
+    for first, count in parts_of(len(order), sizes[0] + sizes[1] + sizes[3] + vs.shape[1]):
+        cut = slice(first, first + count)
         messages.append(Prio3Batch(
-            type="prio3_batch", region=region, t=t, total=len(batch), first=first, count=count, params=params,
-            nonces=pack([r[0] for r in rows], sizes[0]), public_shares=pack([r[1] for r in rows], sizes[1]),
-            sealed=pack([r[3] for r in rows], sizes[3]), leader_verifier_shares=pack(mine_part, vs),
-            leader_live=pack_mask([x is not None for x in mine_part]),
+            type="prio3_batch", region=region, t=t, total=len(order), first=first, count=count, params=params,
+            nonces=pack_rows(nonces[cut]), public_shares=pack_rows(pubs[cut]), sealed=pack_rows(sealed[cut]),
+            leader_verifier_shares=pack_rows(vs[cut]), leader_live=pack_mask(live[cut]),
             ingest_rejected=ingest_rejected if first == 0 else 0).model_dump_json())
-    return ClosedBatch(order, messages, agg)
+    return ClosedBatch(order, messages, agg, batch)
 
 
 @dataclass
 class HelperAnswer:
-    """The helper's answer over the whole batch: its verifier shares (None: it
-    sent none), the reports it says it accepted, its reasons, or its refusal."""
-    shares: list[bytes | None]
+    """The helper's answer over the whole batch: its verifier shares (a uint8
+    matrix, one row per report; `live` where it sent one), the reports it says
+    it accepted, its reasons, or its refusal."""
+    shares: np.ndarray
     accepted: np.ndarray
     rejected: Counter = field(default_factory=Counter)
     refused: str | None = None
-
-    @property
-    def live(self) -> np.ndarray:
-        return np.array([s is not None for s in self.shares], dtype=bool)
+    live: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 def helper_columns(params: Prio3Params, replies: list[Prio3Verify], total: int) -> HelperAnswer | None:
     """The helper's answer over the whole batch once its parts cover it (None:
     not yet). A refusal (any part with `refused`) is an answer too. ValueError:
     parts that do not fit the batch."""
+    vdaf = params.vdaf()
     refusal = next((r.refused for r in replies if r.refused), None)
     if refusal is not None:
-        return HelperAnswer([None] * total, np.zeros(total, dtype=bool), refused=refusal)
+        return HelperAnswer(np.zeros((total, vdaf.verifier_share_size()), dtype=np.uint8),
+                            np.zeros(total, dtype=bool), refused=refusal, live=np.zeros(total, dtype=bool))
     if any(r.total != total for r in replies):
         raise ValueError(f"the answer is for a batch of {replies[0].total} reports, the leader sent {total}")
     ordered = tile(replies, total)
     if ordered is None:
         return None
-    vdaf = params.vdaf()
-    shares: list[bytes | None] = []
-    masks = []
+    cols = [r.arrays(vdaf) for r in ordered]
     reasons: Counter = Counter()
     for r in ordered:
-        s, m = r.columns(vdaf)
-        shares += s
-        masks.append(m)
         reasons.update(r.helper_rejected)
-    return HelperAnswer(shares, np.concatenate(masks) if masks else np.zeros(0, dtype=bool), reasons)
+    if not cols:
+        return HelperAnswer(np.zeros((0, vdaf.verifier_share_size()), dtype=np.uint8), np.zeros(0, dtype=bool),
+                            reasons, live=np.zeros(0, dtype=bool))
+    return HelperAnswer(np.concatenate([c[0] for c in cols]), np.concatenate([c[2] for c in cols]), reasons,
+                        live=np.concatenate([c[1] for c in cols]))
 
 
 # What the helper can only have concluded from its verifier share, which the leader combined too: an
@@ -160,15 +238,19 @@ def check_helper(reasons: list[Rejection | None], answer: HelperAnswer) -> dict[
     return {k: v for k, v in out.items() if v}
 
 
-def finish_window(params: Prio3Params, agg: Prio3Aggregator, region: str, t: int, nonces: list[bytes],
+def finish_window(params: Prio3Params, agg: Prio3Aggregator, region: str, t: int, nonces: list[bytes] | np.ndarray,
                   answer: HelperAnswer, k_min: int, *, noise: bool = True, ingest_rejected: dict | None = None,
-                  bits=None) -> tuple[Prio3Share, int]:  # noqa: ANN001 - bits: a test's RandomBits
+                  bits=None, pool: VerifyPool | None = None) -> tuple[Prio3Share, int]:  # noqa: ANN001
     """The leader's last message for a window whose helper answered: (message,
     reports both accepted), with the leader's statement of the window inside."""
     if answer.refused is not None:
         share = dropped_share(region, t, len(nonces), f"helper_refused:{answer.refused}"[:64])
         return share.model_copy(update={"statement": statement_of(params, share, answer, [], ingest_rejected)}), 0
-    mine = agg.finish(answer.shares)
+    if pool is not None and pool.workers > 1 and len(nonces) >= pool.small:
+        state, (vs, live) = agg.state, agg.columns
+        mine = pool.leader_finish(params, agg.ctx, Verified(state, vs, live), answer.shares, answer.live)
+    else:
+        mine = agg.finish_columns(answer.shares, answer.live)
     both = mine & answer.accepted
     n = int(both.sum())
     reasons = agg.reasons

@@ -25,9 +25,9 @@ from rase_common.mechanisms.prio3 import NoiseSum, central_noise, draw_noise, es
 from rase_common.privacy import privacy_over_time
 from rase_common.protocol.aggregate import Aggregate, EstimateOut, PrivacyUnit, WindowedOut
 from rase_common.protocol.control import ControlMessage
-from rase_common.protocol.prio3 import (PartyView, Prio3Batch, Prio3Params, Prio3Share, Prio3Summary, Prio3Verify,
-                                        RegionViews, WallClock, b64, nonce_digest, pack, pack_mask, parts_of,
-                                        unpack_mask)
+from rase_common.protocol.prio3 import (SEAL_OVERHEAD, PartyView, Prio3Batch, Prio3Params, Prio3Share, Prio3Summary,
+                                        Prio3Verify, RegionViews, WallClock, b64, nonce_digest, pack_mask, pack_rows,
+                                        parts_of, unpack_mask)
 from rase_common.secagg import ShareOpener, unshard_signed
 from rase_common.vdaf import Prio3Aggregator
 
@@ -48,36 +48,42 @@ class Answer:
     nonces: list[bytes]
     messages: list[str]
     ingest_rejected: int
+    nonce_rows: np.ndarray | None = None   # the same nonces as a (N, 16) matrix (the digest reads it)
 
 
 def answer_batch(params: Prio3Params, verify_key: bytes, opener: ShareOpener, region: str, t: int,
                  parts: list[Prio3Batch], seen_nonces=frozenset()) -> Answer:  # noqa: ANN001 - a Container
     """Open, verify and answer one window's batch (its parts in order) under
-    the helper's own `params`. seen_nonces: nonces the helper aggregated in
-    another window (rejected as nonce_replayed: a report is aggregated once)."""
+    the helper's own `params`, the share bytes in arrays throughout, on the
+    opener's worker processes when the batch is large. seen_nonces: nonces the
+    helper aggregated in another window (rejected as nonce_replayed: a report
+    is aggregated once)."""
     vdaf = params.vdaf()
-    nonces, pubs, sealed, leader_vs = [], [], [], []
-    for p in parts:
-        a, b, c, d = p.columns(vdaf)
-        nonces += a
-        pubs += b
-        sealed += c
-        leader_vs += d
+    cols = [p.arrays(vdaf) for p in parts]
+    sizes = (16, vdaf.public_share_size(), vdaf.input_share_size(1) + SEAL_OVERHEAD, vdaf.verifier_share_size())
+    nonces, pubs, sealed, leader_vs = (np.concatenate([c[k] for c in cols]) if cols else
+                                       np.zeros((0, sizes[k]), dtype=np.uint8) for k in range(4))
+    leader_live = np.concatenate([c[4] for c in cols]) if cols else np.zeros(0, dtype=bool)
     ctx = params.ctx(region, t)
-    inputs = opener.open(ctx, nonces, pubs, sealed)
-    agg = Prio3Aggregator(vdaf, verify_key, ctx, 1)
-    mine = agg.start(nonces, pubs, inputs, seen_nonces=seen_nonces)
-    accepted = agg.finish(leader_vs)
-    reasons = agg.reasons
+    v = opener.helper_verify(params, opener.private_key, verify_key, ctx, nonces, pubs, sealed, leader_vs,
+                             leader_live, seen_nonces)
+    agg = Prio3Aggregator.of_state(vdaf, verify_key, ctx, v.state, (v.shares, v.live))
+    accepted = v.state.accepted
+    reasons = v.state.reasons
     vs = vdaf.verifier_share_size()
-    messages = [Prio3Verify(type="prio3_verify", region=region, t=t, total=len(nonces), first=first, count=count,
-                            helper_verifier_shares=pack(mine[first:first + count], vs),
-                            helper_live=pack_mask([x is not None for x in mine[first:first + count]]),
+    messages = [Prio3Verify(type="prio3_verify", region=region, t=t, total=len(reasons), first=first, count=count,
+                            helper_verifier_shares=pack_rows(v.shares[first:first + count]),
+                            helper_live=pack_mask(v.live[first:first + count]),
                             helper_accepted=pack_mask(accepted[first:first + count]),
                             helper_rejected=dict(Counter(r.value for r in reasons[first:first + count]
                                                          if r is not None))).model_dump_json()
-                for first, count in parts_of(len(nonces), vs)]
-    return Answer(params, agg, accepted, nonces, messages, sum(p.ingest_rejected for p in parts))
+                for first, count in parts_of(len(reasons), vs)]
+    return Answer(params, agg, accepted, _rows(nonces), messages, sum(p.ingest_rejected for p in parts), nonces)
+
+
+def _rows(matrix: np.ndarray) -> list[bytes]:
+    raw, k = matrix.tobytes(), matrix.shape[1]
+    return [raw[i * k:(i + 1) * k] for i in range(matrix.shape[0])]
 
 
 def refusal(region: str, t: int, total: int, reason: str) -> str:
@@ -102,7 +108,8 @@ def combine(answer: Answer, share: Prio3Share, k_min: int) -> tuple[dict | None,
         return None, "batch_mismatch"
     both = answer.accepted & unpack_mask(share.leader_accepted, total, "leader_accepted")
     n = int(both.sum())
-    if n != share.accepted or nonce_digest(answer.nonces, both) != share.accepted_digest:
+    nonces = answer.nonce_rows if answer.nonce_rows is not None else answer.nonces
+    if n != share.accepted or nonce_digest(nonces, both) != share.accepted_digest:
         return None, "accepted_mismatch"      # the two would publish different report sets: never
     if n < k_min:
         return None, "under_k_min"

@@ -67,38 +67,96 @@ class VerifyState:
         return F.to_ints(np.moveaxis(self.out_shares[..., report], 0, -1))
 
 
-def _screen(vdaf, agg_id, nonces, public_shares, input_shares, seen) -> list[Rejection | None]:
-    reasons: list[Rejection | None] = []
+def _repeats(nonces: np.ndarray) -> np.ndarray:
+    """Per report: an earlier report of the batch has the same nonce (the first one is kept)."""
+    n = nonces.shape[0]
+    if n < 2:
+        return np.zeros(n, dtype=bool)
+    keys = np.ascontiguousarray(nonces).view(np.dtype((np.void, nonces.shape[1]))).ravel()
+    _, first = np.unique(keys, return_index=True)
+    repeated = np.ones(n, dtype=bool)
+    repeated[first] = False
+    return repeated
+
+
+def _replayed(nonces: np.ndarray, seen: Container[bytes]) -> np.ndarray:
+    """Per report: its nonce is in `seen` (looked up one by one: any container of bytes)."""
+    n, size = nonces.shape
+    if n == 0 or (isinstance(seen, (set, frozenset, dict)) and not seen):
+        return np.zeros(n, dtype=bool)
+    raw = nonces.tobytes()
+    return np.fromiter((raw[i * size:(i + 1) * size] in seen for i in range(n)), dtype=bool, count=n)
+
+
+def to_columns(vdaf, agg_id: int, nonces: Sequence[bytes], public_shares: Sequence[bytes],
+               input_shares: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+    """(nonces, public shares, input shares) of a batch given as byte strings,
+    as uint8 matrices (one row per report), and each report's reason so far
+    (decrypt_failed where a share is None, malformed where a size is wrong,
+    the nonce checks left to verify_init_columns)."""
+    n = len(nonces)
+    sizes = (p3.NONCE_SIZE, vdaf.public_share_size(), vdaf.input_share_size(agg_id))
+    mats = [np.zeros((n, k), dtype=np.uint8) for k in sizes]
+    reasons: list[Rejection | None] = [None] * n
+    for i, row in enumerate(zip(nonces, public_shares, input_shares)):
+        if row[2] is None:
+            reasons[i] = Rejection.DECRYPT_FAILED
+        elif any(len(x) != k for x, k in zip(row, sizes)):   # type: ignore[arg-type]
+            reasons[i] = Rejection.MALFORMED
+        for m, x, k in zip(mats, row, sizes):
+            if x is not None and len(x) == k and k:
+                m[i] = np.frombuffer(bytes(x), dtype=np.uint8)
+    return mats[0], mats[1], mats[2], reasons
+
+
+def _screen_lists(nonces, reasons, seen) -> None:
+    """The nonce checks of the byte-string API, in place: every report's nonce,
+    rejected or not and whatever its length, counts for later repeats."""
     first: set[bytes] = set()
-    want_in = vdaf.input_share_size(agg_id)
-    for nonce, pub, share in zip(nonces, public_shares, input_shares):
+    for i, nonce in enumerate(nonces):
         nonce = bytes(nonce)
-        if share is None:
-            reasons.append(Rejection.DECRYPT_FAILED)
-        elif len(nonce) != p3.NONCE_SIZE or len(pub) != vdaf.public_share_size() or len(share) != want_in:
-            reasons.append(Rejection.MALFORMED)
-        elif nonce in seen:
-            reasons.append(Rejection.NONCE_REPLAYED)
-        elif nonce in first:
-            reasons.append(Rejection.NONCE_REPEATED)
-        else:
-            reasons.append(None)
+        if reasons[i] is None:
+            if nonce in seen:
+                reasons[i] = Rejection.NONCE_REPLAYED
+            elif nonce in first:
+                reasons[i] = Rejection.NONCE_REPEATED
         first.add(nonce)
+
+
+def screen_columns(nonces: np.ndarray, present: np.ndarray | None, seen: Container[bytes]) -> list:
+    """Each report's reason before verification (None: go on), for a batch
+    given as matrices: decrypt_failed where a share is absent, then nonce_replayed
+    (in `seen`), then nonce_repeated (an earlier report of the batch has it)."""
+    n = nonces.shape[0]
+    reasons: list[Rejection | None] = [None] * n
+    absent = np.zeros(n, dtype=bool) if present is None else ~np.asarray(present, dtype=bool)
+    replayed = _replayed(nonces, seen) & ~absent
+    repeated = _repeats(nonces) & ~absent & ~replayed
+    for mask, why in ((absent, Rejection.DECRYPT_FAILED), (replayed, Rejection.NONCE_REPLAYED),
+                      (repeated, Rejection.NONCE_REPEATED)):
+        for i in np.flatnonzero(mask):
+            reasons[int(i)] = why
     return reasons
 
 
-def _input_encoded(vdaf, F, ctx, agg_id, shares):
-    """(measurement shares, proof shares, blinds) of the live input shares, the
-    shares encoded as uint8 matrices (one row per report): the leader's as
-    sent, the helper's expanded from its seeds."""
-    n = len(shares)
-    blinds = [bytes(s[-SEED:]) for s in shares] if vdaf.uses_joint_rand else []
+def _rows_bytes(matrix: np.ndarray) -> list[bytes]:
+    """Each row of a uint8 matrix as bytes."""
+    n, k = matrix.shape
+    raw = np.ascontiguousarray(matrix).tobytes()
+    return [raw[i * k:(i + 1) * k] for i in range(n)]
+
+
+def _input_encoded(vdaf, F, ctx, agg_id, shares: np.ndarray):
+    """(measurement shares, proof shares, blinds) of the live input shares
+    (a uint8 matrix, one row per report), the shares as uint8 matrices: the
+    leader's as sent, the helper's expanded from its seeds."""
+    n = shares.shape[0]
+    jr = SEED if vdaf.uses_joint_rand else 0
+    blinds = _rows_bytes(shares[:, shares.shape[1] - jr:]) if jr else []
     if agg_id == 0:
-        body = b"".join(bytes(s[:len(s) - (SEED if vdaf.uses_joint_rand else 0)]) for s in shares)
-        raw = np.frombuffer(body, dtype=np.uint8).reshape(n, -1)
         cut = vdaf.MEAS_LEN * F.ENCODED_SIZE
-        return raw[:, :cut], raw[:, cut:], blinds
-    seeds = [bytes(s[:SEED]) for s in shares]
+        return shares[:, :cut], shares[:, cut:shares.shape[1] - jr], blinds
+    seeds = _rows_bytes(shares[:, :SEED])
     meas = xof.expand_encoded(F, seeds, vdaf.dst(p3.USAGE_MEAS_SHARE, ctx), [bytes((agg_id,))] * n, vdaf.MEAS_LEN)
     proofs = xof.expand_encoded(F, seeds, vdaf.dst(p3.USAGE_PROOF_SHARE, ctx), [bytes((vdaf.PROOFS, agg_id))] * n,
                                 vdaf.PROOF_LEN * vdaf.PROOFS)
@@ -168,76 +226,100 @@ def _query_all(vdaf, F, encoded, out_shares, live):
     return verifier, ok, bad
 
 
+def _check_args(vdaf, verify_key: bytes, agg_id: int) -> None:
+    if len(verify_key) != p3.VERIFY_KEY_SIZE:
+        raise ValueError(f"verify_key must be {p3.VERIFY_KEY_SIZE} bytes, got {len(verify_key)}")
+    if not 0 <= agg_id < vdaf.SHARES:
+        raise ValueError(f"agg_id must be in [0, {vdaf.SHARES}), got {agg_id}")
+
+
+def verify_init_columns(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: int, nonces: np.ndarray,
+                        public_shares: np.ndarray, input_shares: np.ndarray, reasons: list
+                        ) -> tuple[VerifyState, np.ndarray, np.ndarray]:
+    """verify_init on a batch given as uint8 matrices (one row per report:
+    nonces (N, 16), public shares (N, public_share_size), this aggregator's
+    input shares (N, input_share_size(agg_id))); reasons: each report's
+    reason so far (screen_columns), updated in place. Returns (state, the
+    encoded verifier shares (N, verifier_share_size), live mask: the report
+    has a verifier share). The share bytes stay in arrays throughout."""
+    _check_args(vdaf, verify_key, agg_id)
+    F = vector_field(vdaf.field)
+    n_all = len(reasons)
+    if not nonces.shape[0] == public_shares.shape[0] == input_shares.shape[0] == n_all:
+        raise ValueError("nonces, public_shares and input_shares must have one row per report")
+    out_shares = F.rows_zeros(vdaf.OUTPUT_LEN, n_all)
+    seeds_all: list[bytes | None] = [None] * n_all
+    shares_out = np.zeros((n_all, vdaf.verifier_share_size()), dtype=np.uint8)
+    live_mask = np.array([r is None for r in reasons], dtype=bool)
+    live = np.flatnonzero(live_mask)
+    n = len(live)
+    if not n:
+        return VerifyState(vdaf, agg_id, out_shares, seeds_all, reasons), shares_out, live_mask
+    all_live = n == n_all
+    nonce_m = nonces if all_live else nonces[live]
+    with np.errstate(over="ignore"):
+        meas, proofs, blinds = _input_encoded(vdaf, F, ctx, agg_id, input_shares if all_live else input_shares[live])
+        binders = _rows_bytes(np.hstack([np.full((n, 1), vdaf.PROOFS, dtype=np.uint8), nonce_m]))
+        query_rands = xof.expand_encoded(F, [verify_key] * n, vdaf.dst(p3.USAGE_QUERY_RANDOMNESS, ctx), binders,
+                                         vdaf.QUERY_RAND_LEN * vdaf.PROOFS)
+        if vdaf.uses_joint_rand:
+            pubs = _rows_bytes(public_shares if all_live else public_shares[live])
+            own_parts, corrected, joint_rands = _joint_randomness(vdaf, F, ctx, agg_id, _rows_bytes(nonce_m), pubs,
+                                                                  meas, blinds)
+        else:
+            own_parts, corrected, joint_rands = [], [None] * n, None
+        vs, ok, bad = _query_all(vdaf, F, (meas, proofs, query_rands, joint_rands), out_shares, live)
+    vlen = vs.shape[1]
+    shares_out[live, :vlen] = vs
+    if vdaf.uses_joint_rand:
+        shares_out[live, vlen:] = np.frombuffer(b"".join(own_parts), dtype=np.uint8).reshape(n, SEED)
+    for k in np.flatnonzero(~ok | bad):
+        reasons[int(live[k])] = Rejection.MALFORMED if not ok[k] else Rejection.QUERY_FAILED
+    if vdaf.uses_joint_rand:
+        for k, i in enumerate(live):
+            seeds_all[int(i)] = corrected[k]
+    live_mask[live] = ok & ~bad
+    shares_out[~live_mask] = 0
+    return VerifyState(vdaf, agg_id, out_shares, seeds_all, reasons), shares_out, live_mask
+
+
 def verify_init(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: int, nonces: Sequence[bytes],
                 public_shares: Sequence[bytes], input_shares: Sequence[bytes | None], *,
                 seen_nonces: Container[bytes] = frozenset()) -> tuple[VerifyState, list[bytes | None]]:
     """Aggregator agg_id's verify_init on every report: (state, encoded verifier shares).
     input_shares[i] is None for a helper share that did not decrypt."""
-    if len(verify_key) != p3.VERIFY_KEY_SIZE:
-        raise ValueError(f"verify_key must be {p3.VERIFY_KEY_SIZE} bytes, got {len(verify_key)}")
-    if not 0 <= agg_id < vdaf.SHARES:
-        raise ValueError(f"agg_id must be in [0, {vdaf.SHARES}), got {agg_id}")
+    _check_args(vdaf, verify_key, agg_id)
     if not len(nonces) == len(public_shares) == len(input_shares):
         raise ValueError("nonces, public_shares and input_shares must have one entry per report")
-    F = vector_field(vdaf.field)
-    reasons = _screen(vdaf, agg_id, nonces, public_shares, input_shares, seen_nonces)
-    live = [i for i, r in enumerate(reasons) if r is None]
-    n = len(live)
-    out_shares = F.rows_zeros(vdaf.OUTPUT_LEN, len(reasons))
-    seeds_all: list[bytes | None] = [None] * len(reasons)
-    shares_out: list[bytes | None] = [None] * len(reasons)
-    if not n:
-        return VerifyState(vdaf, agg_id, out_shares, seeds_all, reasons), shares_out
-    nonce_l = [bytes(nonces[i]) for i in live]
-    pubs = [bytes(public_shares[i]) for i in live]
-    with np.errstate(over="ignore"):
-        meas, proofs, blinds = _input_encoded(vdaf, F, ctx, agg_id, [input_shares[i] for i in live])
-        query_rands = xof.expand_encoded(F, [verify_key] * n, vdaf.dst(p3.USAGE_QUERY_RANDOMNESS, ctx),
-                                         [bytes((vdaf.PROOFS,)) + x for x in nonce_l],
-                                         vdaf.QUERY_RAND_LEN * vdaf.PROOFS)
-        own_parts, corrected, joint_rands = _joint_randomness(vdaf, F, ctx, agg_id, nonce_l, pubs, meas, blinds)
-        vs_bytes, ok, bad = _query_all(vdaf, F, (meas, proofs, query_rands, joint_rands), out_shares,
-                                       np.asarray(live))
-    for k, i in enumerate(live):
-        if not ok[k]:
-            reasons[i] = Rejection.MALFORMED
-        elif bad[k]:
-            reasons[i] = Rejection.QUERY_FAILED
-        else:
-            seeds_all[i] = corrected[k]
-            shares_out[i] = vs_bytes[k].tobytes() + (own_parts[k] if vdaf.uses_joint_rand else b"")
-    return VerifyState(vdaf, agg_id, out_shares, seeds_all, reasons), shares_out
+    nonce_m, pub_m, share_m, reasons = to_columns(vdaf, agg_id, nonces, public_shares, input_shares)
+    _screen_lists(nonces, reasons, seen_nonces)
+    state, vs, live = verify_init_columns(vdaf, verify_key, ctx, agg_id, nonce_m, pub_m, share_m, reasons)
+    return state, [row.tobytes() if ok else None for row, ok in zip(vs, live)]
 
 
-def verifier_shares_to_message(vdaf: p3.Prio3, ctx: bytes, verifier_shares: Sequence[Sequence[bytes | None]]
-                               ) -> tuple[list[bytes | None], list[Rejection | None]]:
-    """Combine every aggregator's verifier shares (verifier_shares[agg_id][report])
-    into the verifier messages; (messages, reasons), None where rejected."""
-    if len(verifier_shares) != vdaf.SHARES:
-        raise ValueError(f"need the verifier shares of all {vdaf.SHARES} aggregators, got {len(verifier_shares)}")
-    n_all = len(verifier_shares[0])
-    if any(len(s) != n_all for s in verifier_shares):
+def verifier_messages_columns(vdaf: p3.Prio3, ctx: bytes, shares: Sequence[np.ndarray], live: Sequence[np.ndarray]
+                              ) -> tuple[np.ndarray, list[bytes] | None, list]:
+    """verifier_shares_to_message on a batch given as matrices: every
+    aggregator's encoded verifier shares (N, verifier_share_size) and live
+    masks (it sent one). Returns (valid: the report has a verifier message,
+    the messages (joint randomness seeds; None for a circuit without joint
+    randomness, whose messages are empty), reasons)."""
+    if len(shares) != vdaf.SHARES or len(live) != vdaf.SHARES:
+        raise ValueError(f"need the verifier shares of all {vdaf.SHARES} aggregators, got {len(shares)}")
+    n_all = shares[0].shape[0]
+    if any(s.shape[0] != n_all for s in shares) or any(len(m) != n_all for m in live):
         raise ValueError("every aggregator's verifier shares must cover the same reports")
     F = vector_field(vdaf.field)
-    size = vdaf.verifier_share_size()
-    reasons: list[Rejection | None] = []
-    for i in range(n_all):
-        column = [s[i] for s in verifier_shares]
-        if any(x is None for x in column):
-            reasons.append(Rejection.PEER_REJECTED)
-        elif any(len(x) != size for x in column):  # type: ignore[arg-type]
-            reasons.append(Rejection.PEER_MALFORMED)
-        else:
-            reasons.append(None)
-    live = [i for i, r in enumerate(reasons) if r is None]
-    n = len(live)
-    messages: list[bytes | None] = [None] * n_all
+    everyone = np.logical_and.reduce([np.asarray(m, dtype=bool) for m in live])
+    reasons: list[Rejection | None] = [None if ok else Rejection.PEER_REJECTED for ok in everyone.tolist()]
+    idx = np.flatnonzero(everyone)
+    n = len(idx)
+    valid_out = np.zeros(n_all, dtype=bool)
+    seeds_out: list[bytes] | None = [b""] * n_all if vdaf.uses_joint_rand else None
     if not n:
-        return messages, reasons
-    vlen = size - (SEED if vdaf.uses_joint_rand else 0)
-    # Every share of a live report is there (reasons says None only then).
-    encoded = [np.frombuffer(b"".join(bytes(shares[i][:vlen]) for i in live), dtype=np.uint8)  # type: ignore[index]
-               .reshape(n, vlen) for shares in verifier_shares]
+        return valid_out, seeds_out, reasons
+    vlen = vdaf.verifier_share_size() - (SEED if vdaf.uses_joint_rand else 0)
+    encoded = [s[idx, :vlen] if n != n_all else s[:, :vlen] for s in shares]
     ok, valid = np.ones(n, dtype=bool), np.ones(n, dtype=bool)
     vl = vdaf.VERIFIER_LEN
     with np.errstate(over="ignore"):
@@ -252,16 +334,70 @@ def verifier_shares_to_message(vdaf: p3.Prio3, ctx: bytes, verifier_shares: Sequ
                 valid[cols] &= flp.decide(vdaf.valid, F, list(total[k * vl:(k + 1) * vl]))
     seeds: list[bytes] = []
     if vdaf.uses_joint_rand:
-        binders = [b"".join(bytes(s[i][vlen:]) for s in verifier_shares) for i in live]  # type: ignore[index]
+        binders = _rows_bytes(np.hstack([s[idx, vlen:] for s in shares]))
         seeds = xof.derive_seeds([bytes(SEED)] * n, vdaf.dst(p3.USAGE_JOINT_RAND_SEED, ctx), binders)
-    for k, i in enumerate(live):
-        if not ok[k]:
-            reasons[i] = Rejection.PEER_MALFORMED
-        elif not valid[k]:
-            reasons[i] = Rejection.PROOF_INVALID
-        else:
-            messages[i] = seeds[k] if vdaf.uses_joint_rand else b""
+    for k in np.flatnonzero(~(ok & valid)):
+        reasons[int(idx[k])] = Rejection.PEER_MALFORMED if not ok[k] else Rejection.PROOF_INVALID
+    good = ok & valid
+    valid_out[idx[good]] = True
+    if seeds_out is not None:
+        for k in np.flatnonzero(good):
+            seeds_out[int(idx[k])] = seeds[k]
+    return valid_out, seeds_out, reasons
+
+
+def verifier_shares_to_message(vdaf: p3.Prio3, ctx: bytes, verifier_shares: Sequence[Sequence[bytes | None]]
+                               ) -> tuple[list[bytes | None], list[Rejection | None]]:
+    """Combine every aggregator's verifier shares (verifier_shares[agg_id][report])
+    into the verifier messages; (messages, reasons), None where rejected."""
+    if len(verifier_shares) != vdaf.SHARES:
+        raise ValueError(f"need the verifier shares of all {vdaf.SHARES} aggregators, got {len(verifier_shares)}")
+    n_all = len(verifier_shares[0])
+    if any(len(s) != n_all for s in verifier_shares):
+        raise ValueError("every aggregator's verifier shares must cover the same reports")
+    size = vdaf.verifier_share_size()
+    mats, lives = [], []
+    malformed = np.zeros(n_all, dtype=bool)
+    for column in verifier_shares:
+        m = np.zeros((n_all, size), dtype=np.uint8)
+        live = np.zeros(n_all, dtype=bool)
+        for i, x in enumerate(column):
+            if x is None:
+                continue
+            live[i] = True
+            if len(x) != size:
+                malformed[i] = True
+            else:
+                m[i] = np.frombuffer(bytes(x), dtype=np.uint8)
+        mats.append(m)
+        lives.append(live)
+    everyone = np.logical_and.reduce(lives)
+    valid, seeds, reasons = verifier_messages_columns(vdaf, ctx, mats, [x & ~malformed for x in lives])
+    for i in np.flatnonzero(malformed & everyone):
+        reasons[int(i)] = Rejection.PEER_MALFORMED
+    messages: list[bytes | None] = [None] * n_all
+    for i in np.flatnonzero(valid):
+        messages[int(i)] = seeds[int(i)] if seeds is not None else b""
     return messages, reasons
+
+
+def verify_next_columns(state: VerifyState, valid: np.ndarray, seeds: list[bytes] | None) -> list[Rejection | None]:
+    """verify_next from verifier_messages_columns's output: no message where
+    not valid, else the joint randomness check; updates and returns state.reasons."""
+    if len(valid) != len(state.reasons):
+        raise ValueError(f"got {len(valid)} verifier messages for {len(state.reasons)} reports")
+    jr = state.vdaf.uses_joint_rand
+    for i in np.flatnonzero(~np.asarray(valid, dtype=bool)):
+        if state.reasons[int(i)] is None:
+            state.reasons[int(i)] = Rejection.NO_MESSAGE
+    if jr:
+        assert seeds is not None
+        for i in np.flatnonzero(valid):
+            k = int(i)
+            if state.reasons[k] is None and seeds[k] != state.corrected_seeds[k]:
+                state.reasons[k] = Rejection.JOINT_RAND_MISMATCH
+    state.finished = True
+    return state.reasons
 
 
 def verify_next(state: VerifyState, messages: Sequence[bytes | None]) -> list[Rejection | None]:

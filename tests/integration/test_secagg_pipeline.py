@@ -109,8 +109,8 @@ def test_the_published_total_is_the_exact_sum_of_the_accepted_reports_and_a_forg
         assert set(statement) <= set(Prio3Statement.model_fields)
     # The fog keeps no device beside a closed window's shares.
     db = sqlite3.connect(tmp_path / "fog.sqlite")
-    assert db.execute("SELECT COUNT(*) FROM prio3_reports").fetchone()[0] == 0
-    assert "device" not in [c[1] for c in db.execute("PRAGMA table_info(prio3_batch)")]
+    assert db.execute("SELECT COUNT(*) FROM prio3_open").fetchone()[0] == 0
+    assert "device" not in [c[1] for c in db.execute("PRAGMA table_info(prio3_batch_blob)")]
 
 
 def test_with_noise_the_total_is_near_the_truth_and_its_interval_is_the_exact_one(mosquitto, tmp_path):

@@ -16,8 +16,8 @@ from rase_device.prio3_report import make_report
 from rase_device.secagg import encode_report
 from fog_shuffler.ingest import IngestRules, Rejected
 from fog_shuffler.prio3.leader import Prio3FogConfig, Prio3Leader
-from fog_shuffler.prio3.leader_rules import (Prio3Accepted, close_batch, finish_window, helper_columns, split_prio3,
-                                       validate_report)
+from fog_shuffler.prio3.leader_rules import (Prio3Accepted, close_batch, finish_window, helper_columns, record_of,
+                                             split_prio3, validate_report)
 from fog_shuffler.journal import Journal
 from fog_shuffler.prio3.leader_journal import LeaderJournal
 from fog_shuffler.windows import ClosedWindow
@@ -199,19 +199,22 @@ def test_closing_strips_devices_in_one_transaction(tmp_path):
     journal = Journal(tmp_path / "fog.sqlite")
     lj = LeaderJournal(journal.db)
     p = params()
-    rows = [("r1", 100, f"sa-dev-{i}", *report(p, i), 1.0) for i in range(3)]
+    reports = [report(p, i) for i in range(3)]
+    rows = [("r1", 100, f"sa-dev-{i}", record_of(r), 1.0) for i, r in enumerate(reports)]
     lj.add(rows, [])
     assert [r[2] for r in lj.open_reports()] == ["sa-dev-0", "sa-dev-1", "sa-dev-2"]
-    batch = lj.reports_of("r1", 100, ["sa-dev-2", "sa-dev-0", "sa-dev-1"])
-    lj.close("r1", 100, batch, p.model_dump_json(), ["m0", "m1"], 1.0)
+    batch = lj.records_of("r1", 100, ["sa-dev-2", "sa-dev-0", "sa-dev-1"])
+    assert batch == record_of(reports[2]) + record_of(reports[0]) + record_of(reports[1])
+    lj.close("r1", 100, batch, p.model_dump_json(), ["m0", "m1"], 1.0, total=3)
     assert lj.open_reports() == [] and ("r1", 100) in journal.closed_windows()
     assert lj.batch("r1", 100) == batch and [r[3] for r in lj.unsent()] == ["m0", "m1"]
+    assert lj.nonces() == {r[0]: ("r1", 100, f"sa-dev-{i}") for i, r in enumerate(reports)}   # kept past the close
     db = sqlite3.connect(tmp_path / "fog.sqlite")
-    assert "device" not in [c[1] for c in db.execute("PRAGMA table_info(prio3_batch)")]
+    assert "device" not in [c[1] for c in db.execute("PRAGMA table_info(prio3_batch_blob)")]
     assert not any(b"sa-dev-" in (v if isinstance(v, bytes) else str(v).encode())
-                   for row in db.execute("SELECT * FROM prio3_batch") for v in row)
+                   for row in db.execute("SELECT * FROM prio3_batch_blob") for v in row)
     lj.finish("r1", 100, "share", "done")
-    assert lj.batch("r1", 100) == [] and [r[3] for r in lj.unsent()] == ["m0", "m1", "share"]
+    assert lj.batch("r1", 100) == b"" and [r[3] for r in lj.unsent()] == ["m0", "m1", "share"]
     for row in lj.unsent():
         lj.mark_sent(*row[:3])
     lj.resend("r1", 100, 2.0)            # a finished window's messages can be sent again, same bytes
@@ -235,8 +238,8 @@ def test_a_batch_the_helper_does_not_answer_is_sent_again_then_dropped_with_a_re
                          sink_name="memory")
     leader.open(Journal(tmp_path / "fog.sqlite").db)
     p = params()
-    batch = [report(p, v) for v in (1, 2, 3)]
-    leader.journal.close("r1", 100, batch, p.model_dump_json(), ["part0"], now=1000.0)
+    batch = b"".join(record_of(report(p, v)) for v in (1, 2, 3))
+    leader.journal.close("r1", 100, batch, p.model_dump_json(), ["part0"], now=1000.0, total=3)
     for row in leader.journal.unsent():
         leader.journal.mark_sent(*row[:3])
     assert asyncio.run(leader.step(1005.0)) == 0 and leader.journal.unsent() == []       # not yet
@@ -248,4 +251,4 @@ def test_a_batch_the_helper_does_not_answer_is_sent_again_then_dropped_with_a_re
     asyncio.run(leader.step(1061.0))          # verify_deadline_s after the first send, however often resent
     share = Prio3Share.model_validate_json(leader.journal.unsent()[-1][3])
     assert share.dropped == "verification_timeout" and share.agg_share is None
-    assert leader.journal.state("r1", 100) == "dropped" and leader.journal.batch("r1", 100) == []
+    assert leader.journal.state("r1", 100) == "dropped" and leader.journal.batch("r1", 100) == b""

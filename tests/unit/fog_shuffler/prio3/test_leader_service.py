@@ -69,7 +69,7 @@ def test_the_leader_inside_the_fog_service(tmp_path):
         await settle(1.0)
         share = Prio3Share.model_validate_json(sink.sent[-1][1])
         assert share.accepted == 4 and share.agg_share and share.noise_draws == 0
-        assert fog.roles.get("prio3").leader.journal.state("r1", 20) == "done" and fog.roles.get("prio3").leader.journal.batch("r1", 20) == []
+        assert fog.roles.get("prio3").leader.journal.state("r1", 20) == "done" and fog.roles.get("prio3").leader.journal.batch("r1", 20) == b""
         assert all(t >= 20 - 3 for _, t, _ in fog.roles.get("prio3").leader.nonces.values())        # older ones pruned
         stop.set()
         await task

@@ -104,7 +104,8 @@ def test_a_batch_with_any_params_field_changed_is_refused(tmp_path, field):
     other = _variants(tp.params)[field]
     for t, made_under in ((100, tp.params), (101, other)):
         sent = tp.leader_close("r1", t, tp.reports("r1", t, [m % 2 if other.kind == "count" else m % 4
-                                                              for m in MEASUREMENTS[:12]], made_under))
+                                                              for m in MEASUREMENTS[:12]], made_under),
+                               params=made_under)
         assert refusals(tp.to_helper(rewrite(sent, Prio3Batch, params=other))) == ["params_mismatch"]
         assert [Prio3Verify.model_validate_json(a).refused for a in tp.helper_step()] == ["params_mismatch"]
         assert nothing_released(tp, t)
