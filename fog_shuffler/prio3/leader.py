@@ -267,7 +267,7 @@ class Prio3Leader:
 
     def control_checked(self, refused: ProtocolError | None) -> None:
         """The fog followed (None) or refused a control message. One refused
-        for other prio3 params (fog_shuffler.protocol.LEADER_OWN_FIELDS) is an
+        for other prio3 params (the registry entry's own_fields) is an
         alarm until a control message that agrees with the leader's own comes."""
         if refused is None:
             self.metrics.params_mismatch.set(0)

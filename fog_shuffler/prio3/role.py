@@ -62,7 +62,7 @@ class LeaderRole(ReportRole):
     def own_params(cls, cfg: Any) -> dict:
         """What the fog's own protocol parameters get from the role's table."""
         table = getattr(cfg, cls.config_key or "", None)
-        return {"prio3": table.params if table is not None else None}
+        return {"mode_params": table.params if table is not None else None}
 
     # -- start -------------------------------------------------------------------------------
     def attach(self, db: Any) -> None:
@@ -107,7 +107,7 @@ class LeaderRole(ReportRole):
         return outcome
 
     def _check(self, topic: str, payload: bytes, now_t: int, rules: IngestRules, p: Protocol) -> Accepted:
-        return self.leader.validate(topic, payload, now_t, rules, p.prio3)
+        return self.leader.validate(topic, payload, now_t, rules, p.mode_params)
 
     def write(self, db: Any) -> None:
         self.leader.write(self._replies)
