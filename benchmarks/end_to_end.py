@@ -100,6 +100,8 @@ PRIO3_MAX = 4000            # Prio3Sum of readings on the 0..4000 W grid (12 bit
 BARRIER_TIMEOUT_S = 1800    # making prio3 reports is dear on a loaded machine
 DETECTION_OFF_ENV = "RASE_FOG_DETECTION__ENABLED"
 RECEIPTS_OFF_ENV = {"RASE_FOG_RECEIPT_EVERY_S": "0", "RASE_FOG_WINDOW_CONFIRM_S": "0"}
+KEEP_LOGS_ENV = "RASE_BENCH_LOGS"            # a directory: keep the services' logs of every prio3 run there
+FUSION_LEVEL_ENV = "RASE_BENCH_FUSION_LEVEL"  # the fusion center's log level (WARNING)
 
 
 def _device(region: str, i: int) -> str:
@@ -120,18 +122,20 @@ def _reports(regions: list[str], devices: int, windows: int, t0: int, part: int,
 class Prio3Reports:
     """Picklable: makes a load generator's share of the Prio3Sum reports
     (every window's reports of devices part::parts), sealed to the helper's
-    key, in the load generator's process (publish_all calls it)."""
+    key, in the load generator's process (publish_all calls it). encoding:
+    "binary" (what devices send since issue 30) or "json"."""
 
     def __init__(self, public_key: str, region: str, devices: int, windows: int, t0: int, part: int, parts: int,
-                 key_id: str = ""):
-        self.args = (public_key, region, devices, windows, t0, part, parts, key_id)
+                 key_id: str = "", encoding: str = "binary"):
+        self.args = (public_key, region, devices, windows, t0, part, parts, key_id, encoding)
 
-    def __call__(self) -> list[tuple[str, str]]:
+    def __call__(self) -> list[tuple[str, str | bytes]]:
+        from rase_device import prio3_binary
         from rase_device.prio3 import prio3_sum
         from rase_device.secagg import encode_report, params_id, report_ctx
         from rase_common.vdaf.fast_client import FastPrio3, fast_make_report
 
-        pk, region, devices, windows, t0, part, parts, key_id = self.args
+        pk, region, devices, windows, t0, part, parts, key_id, encoding = self.args
         vdaf = FastPrio3(prio3_sum(PRIO3_MAX))
         # The deployment's params, bound into every report's context (issue 26).
         pid = params_id({"kind": "sum", "product": "per-t", "max_measurement": PRIO3_MAX, "dp_eps": 1.0,
@@ -143,7 +147,8 @@ class Prio3Reports:
                 m = (i * 37 + k * 11) % (PRIO3_MAX + 1)
                 report = fast_make_report(vdaf, ctx, m, bytes.fromhex(pk))
                 out.append((wire.report_topic(region, _device(region, i)),
-                            encode_report(t0 + k, 1.0, k + 1, report, pid)))
+                            prio3_binary.encode(t0 + k, k + 1, pid, report) if encoding == "binary"
+                            else encode_report(t0 + k, 1.0, k + 1, report, pid)))
         return out
 
 
@@ -522,7 +527,8 @@ def _services(port: int, work: Path, fusion_cfg: Path, fog_cfgs: list[Path], jou
     windows, aggregates and the control message; yields (subscriber, fusion
     process, fog processes) once they are ready, stops them after."""
     _clear_retained_control(port)
-    fusion = _start(["fusion", "--config", str(fusion_cfg)], work / "fusion.log")
+    fusion = _start(["fusion", "--config", str(fusion_cfg)], work / "fusion.log",
+                    level=os.environ.get(FUSION_LEVEL_ENV, "WARNING"))
     fogs = [_start(["fog", "--config", str(c)], work / f"{c.stem}.log", fog_env, fog_level) for c in fog_cfgs]
     sub = Subscriber(port, ["rase/v1/windows/#", "rase/v1/aggregates/t/#", wire.CONTROL_TOPIC])
     try:
@@ -534,6 +540,15 @@ def _services(port: int, work: Path, fusion_cfg: Path, fog_cfgs: list[Path], jou
             p.terminate()
         for p in [fusion, *fogs]:
             p.wait(15)
+
+
+def _keep_logs(work: Path, tag: str) -> None:
+    """With RASE_BENCH_LOGS=dir, the services' logs of a run are copied there (a run's directory goes with it)."""
+    keep = os.environ.get(KEEP_LOGS_ENV)
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        for log in work.glob("*.log"):
+            shutil.copy(log, Path(keep) / f"{tag}-{log.name}")
 
 
 def _say_why_lost(work: Path, result: dict) -> dict:
@@ -628,7 +643,8 @@ def secure_pipeline(port: int, broker_pid: int, publishers: int, devices: int, w
         with _services(port, work, fusion_cfg, [fog_cfg], {"r1": work / "fog0.sqlite"}, fog_level="INFO") as (
                 sub, fusion, (fog,)):
             cpu = CpuSampler({"fog (leader)": [fog.pid], "fusion (helper)": [fusion.pid], "broker": [broker_pid],
-                              "subscriber (this script)": [os.getpid()]}, with_children=("fusion (helper)",))
+                              "subscriber (this script)": [os.getpid()]},
+                             with_children=("fusion (helper)", "fog (leader)"))   # both verify on workers
             t0 = int(time.time() // PERIOD_S) - LATENESS // 2
             parts = [Prio3Reports(keys["public_key"], "r1", devices, windows, t0, i, publishers, keys["key_id"])
                      for i in range(publishers)]
@@ -643,6 +659,7 @@ def secure_pipeline(port: int, broker_pid: int, publishers: int, devices: int, w
         # The leader's close per window (shuffle, verify_init, journal), before its batch goes out.
         closes = {int(t): float(s) for t, s in re.findall(r"fog prio3 \(r1, (\d+)\): closed, \d+ reports, batch "
                                                           r"queued in ([0-9.]+) s", (work / "fog0.log").read_text())}
+        _keep_logs(work, f"prio3-{'paced' if pace_s else 'throughput'}")
         by_t = {t: at - sub.windows[("r1", t)] for t, (at, _n) in sorted(sub.aggregates.items())
                 if ("r1", t) in sub.windows}
         n_agg = sum(n for _at, n in sub.aggregates.values())

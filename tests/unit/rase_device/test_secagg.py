@@ -15,7 +15,7 @@ from rase_device.policy import LocalPolicy
 from rase_device.randomizer import Calibration
 from rase_device.secagg import Prio3Client, b64encode, params_id, params_text, product_period_s, report_ctx
 from rase_common.protocol.control import ControlMessage
-from rase_common.protocol.prio3 import Prio3Params, Prio3Report
+from rase_common.protocol.prio3 import Prio3BinaryReport, Prio3Params, Prio3Report
 from rase_common.vdaf import Prio3Aggregator, generate_keypair, open_helper_shares
 from simulators.wasm_board import WASM_URANDOM
 from tests.seeded_bytes import XorShiftBytes
@@ -39,9 +39,16 @@ def core(tmp_path, key_id="fc-1", pk=PK, eps=1.0, period_s=8.0, **kw) -> AgentCo
                      calibration=Calibration(), period_s=period_s, policy=policy, mechanism="prio3", **kw)
 
 
-def verify(payload: str, params: Prio3Params, region="r1", sk=SK) -> int | list[int]:
+def report_of(payload: str | bytes) -> Prio3Report:
+    """A device's report in either encoding (binary since issue 30), as the JSON model."""
+    if isinstance(payload, bytes) and payload[:2] == b"R3":
+        return Prio3Report.model_validate_json(Prio3BinaryReport.from_bytes(payload).as_json(1.0))
+    return Prio3Report.model_validate_json(payload)
+
+
+def verify(payload: str | bytes, params: Prio3Params, region="r1", sk=SK) -> int | list[int]:
     """Open and verify one report as the two aggregators do; its measurement."""
-    rep = Prio3Report.model_validate_json(payload)
+    rep = report_of(payload)
     assert rep.p == params.params_id, "the report names the params its context was made with"
     nonce, pub, leader_share, sealed = rep.shares(params.report_sizes())
     ctx = params.ctx(region, rep.t)
@@ -180,7 +187,7 @@ def test_a_forged_control_message_with_another_key_id_changes_nothing(tmp_path):
     assert c.status == "control_rejected"
     payload = c.step(1234.0, 8.0 * 100)
     assert verify(payload, control(dp_eps=0.5).prio3) == 1234      # still sealed to the pinned key
-    rep = Prio3Report.model_validate_json(payload)
+    rep = report_of(payload)
     nonce, pub, _, sealed = rep.shares(control().prio3.report_sizes())
     assert open_helper_shares(OTHER_SK, control().prio3.ctx("r1", rep.t), [nonce], [pub], [sealed]) == [None]
 
@@ -215,7 +222,7 @@ def test_the_hourly_product_reports_the_rounded_mean_of_each_hour_once(tmp_path)
     for i, x in enumerate(readings):
         assert c.step(x, hour + 8 * i) is None       # no report until the hour is over
     payload = c.step(0.0, hour + 3600)                # the first reading of the next hour
-    rep = Prio3Report.model_validate_json(payload)
+    rep = report_of(payload)
     assert rep.t == 10 and verify(payload, control(product="hourly").prio3) == 1009
     assert c.step(5.0, hour + 3608) is None
     assert c.ledger.remaining(hour + 3608) == pytest.approx(99.5)   # one report, one charge
@@ -245,7 +252,7 @@ out = []
 for msg, x in ((%(sum)r, 1234.4), (%(count)r, 55.0), (%(hist)r, 2000.0)):
     c.apply_control(msg)
     c.last_t = None
-    out.append(c.step(x, 8000.0))
+    out.append(c.step(x, 8000.0).hex())      # a binary report (issue 30)
 try:
     c.apply_control(%(forged)r)
 except ValueError as e:
@@ -264,6 +271,7 @@ def _device_code(read: str) -> str:
 
 def _check_board_output(out: str) -> None:
     s, c, h, refusal = json.loads(out.strip().splitlines()[-1])
+    s, c, h = (bytes.fromhex(x) for x in (s, c, h))
     assert verify(s, control("sum").prio3) == 1234
     assert verify(c, control("count").prio3) == 1
     assert verify(h, control("histogram").prio3) == [0, 0, 0, 1]
