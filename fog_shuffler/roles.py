@@ -117,7 +117,8 @@ class FogRoles:
         return sum(role.released for role in self.reports)
 
     def subscriptions(self) -> list[tuple[str, int]]:
-        subs = [(topics.reports_filter(r), 1) for r in self.ctx.cfg.regions] + [(topics.CONTROL_TOPIC, 1)]
+        narrowed = [f for role in self.reports for f in (role.report_filters() or [])]
+        subs = (narrowed or [(topics.reports_filter(r), 1) for r in self.ctx.cfg.regions]) + [(topics.CONTROL_TOPIC, 1)]
         return subs + [s for role in self.all for s in role.subscriptions()]
 
     def tasks(self) -> list:

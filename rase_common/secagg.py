@@ -63,6 +63,41 @@ def noisy_share(vdaf: Prio3, share: bytes, params: Prio3Params, *, noise: bool =
     return vdaf.field.encode_vec(vec)
 
 
+MASK_DST = b"rase/v1/prio3 part mask"
+
+
+def part_mask(vdaf: Prio3, key: bytes, region: str, t: int, part: int, parts: int) -> list[int]:
+    """The zero-sum mask a leader worker adds to its part's aggregate share
+    (issue 30): the masks of parts 0 .. parts-1 of (region, t) sum to zero, so
+    the helper can use the parts' shares only all together (their sum is the
+    region's share), and any one of them on its own is uniformly random. From
+    TurboSHAKE128 under the leader workers' parts key, which the helper never
+    holds; the last part's mask is minus the sum of the others'."""
+    from rase_common.vdaf.field import vector_field
+    from rase_common.vdaf.xof import _expand_one
+
+    if not 0 <= part < parts:
+        raise ValueError(f"part must be in [0, {parts}), got {part}")
+    F, p = vector_field(vdaf.field), vdaf.field.MODULUS
+
+    def prf(k: int) -> list[int]:
+        binder = region.encode() + b"\0" + t.to_bytes(8, "big") + k.to_bytes(2, "big") + parts.to_bytes(2, "big")
+        return _expand_one(F, key, MASK_DST, binder, vdaf.OUTPUT_LEN)
+
+    if part < parts - 1:
+        return prf(part)
+    total = [0] * vdaf.OUTPUT_LEN
+    for k in range(parts - 1):
+        total = [(a + b) % p for a, b in zip(total, prf(k))]
+    return [(-x) % p for x in total]
+
+
+def masked_share(vdaf: Prio3, share: bytes, mask: Sequence[int]) -> bytes:
+    """An aggregate share with a part's mask added (element by element, mod p)."""
+    p = vdaf.field.MODULUS
+    return vdaf.field.encode_vec([(x + m) % p for x, m in zip(vdaf.field.decode_vec(share), mask)])
+
+
 def unshard_signed(vdaf: Prio3, shares: Sequence[bytes]) -> list[int]:
     """The sum of the aggregate shares, element by element, as signed integers
     (noise can take a small total below zero: a field element above p/2 is negative)."""

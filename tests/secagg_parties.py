@@ -48,7 +48,7 @@ class TwoParties:
     def __init__(self, work: Path, *, devices: int = 45, k_min: int = 10, dp_eps: float = 1.0,
                  regions: tuple[str, ...] = ("r1",), leader_noise: bool = True, helper_noise: bool = True,
                  epoch0: float = 1_000_000.0, leader_k_min: int | None = None,
-                 leader_regions: tuple[str, ...] | None = None):
+                 leader_regions: tuple[str, ...] | None = None, parts: int = 1):
         self.work = Path(work)
         self.work.mkdir(parents=True, exist_ok=True)
         self.keys = write_keys(self.work / "keys")
@@ -59,24 +59,47 @@ class TwoParties:
         # The fusion center's own config: its control message (it publishes it) and its [prio3] table.
         self.precision = ControlMessage(mechanism="prio3", eps_levels=[dp_eps], bands=[10.0], period_s=PERIOD_S,
                                         epoch0=epoch0, x_max=float(GRID), prio3=self.params)
+        self.parts = parts
         self.fusion_store = AggregateStore(self.work / "fusion.sqlite")
         self.helper = self._helper(k_min, helper_noise)
-        # The fog's own config: the same deployment, agreed between the two operators.
-        key = self.keys["verify_key_file"]
-        self.leader = Prio3Leader(Prio3FogConfig(verify_key_file=key, params=self.params,
-                                                 unsafe_no_noise_for_tests=not leader_noise),
-                                  name="fog", regions=list(leader_regions or regions),
-                                  k_min=leader_k_min or k_min, registry=CollectorRegistry(),
-                                  storage=Outage("fog journal", None), sink_name="memory")
-        self.fog_journal = Journal(self.work / "fog.sqlite")
-        self.leader.open(self.fog_journal.db)
+        # The fog's own config: the same deployment, agreed between the two operators. With parts > 1, one
+        # leader worker per part (issue 30), each on its own journal, sharing the parts key (never the helper).
+        self.parts_key = self.work / "keys" / "parts.key"
+        self.parts_key.write_text(os.urandom(32).hex())
+        self._leader_args = dict(noise=leader_noise, regions=list(leader_regions or regions), k_min=leader_k_min or k_min)
+        self.leaders = [self._leader(k) for k in range(parts)]
+        self.leader = self.leaders[0]
+        self.fog_journal = self.leader_journals[0]
         self.public_key = bytes.fromhex(self.keys["public_key"])
         self._vdafs: dict = {}
+
+    def _leader(self, part: int) -> Prio3Leader:
+        """Leader worker `part` (the one leader when parts is 1) on its own journal, as a restart reopens it."""
+        a = self._leader_args
+        leader = Prio3Leader(Prio3FogConfig(verify_key_file=self.keys["verify_key_file"], params=self.params,
+                                            unsafe_no_noise_for_tests=not a["noise"], part=part, parts=self.parts,
+                                            parts_key_file=self.parts_key if self.parts > 1 else None),
+                             name=f"fog{part}", regions=a["regions"], k_min=a["k_min"], registry=CollectorRegistry(),
+                             storage=Outage("fog journal", None), sink_name="memory")
+        journal = Journal(self.work / ("fog.sqlite" if part == 0 else f"fog{part}.sqlite"))
+        if not hasattr(self, "leader_journals"):
+            self.leader_journals: dict[int, Journal] = {}
+        self.leader_journals[part] = journal
+        leader.open(journal.db)
+        return leader
+
+    def restart_leader(self, part: int = 0) -> Prio3Leader:
+        """A leader worker restarts: a new leader on its journal."""
+        self.leader_journals[part].close()
+        self.leaders[part] = self._leader(part)
+        if part == 0:
+            self.leader, self.fog_journal = self.leaders[0], self.leader_journals[0]
+        return self.leaders[part]
 
     def _helper(self, k_min: int, noise: bool) -> Prio3Helper:
         cfg = Prio3FusionConfig(private_key_file=self.keys["private_key_file"], key_id=self.keys["key_id"],
                                 verify_key_file=self.keys["verify_key_file"], k_min=k_min, decrypt_workers=1,
-                                unsafe_no_noise_for_tests=not noise)
+                                unsafe_no_noise_for_tests=not noise, leader_parts=self.parts)
         helper = Prio3Helper(cfg, regions=self.regions, merge_deadline_s=5.0, registry=CollectorRegistry(),
                              storage=Outage("fusion store", None))
         helper.open(self.fusion_store.db)
@@ -99,7 +122,7 @@ class TwoParties:
 
     # -- the leader's steps -------------------------------------------------------------------------------
     def leader_close(self, region: str, t: int, reports: list[tuple], ingest_rejected: int = 0,
-                     params: Prio3Params | None = None) -> list[str]:
+                     params: Prio3Params | None = None, part: int = 0) -> list[str]:
         """Ingest the reports (each as from its device), close the window, and
         return the batch parts the leader sends. params: reports made under
         other params than the leader's own, which its ingest would refuse
@@ -108,35 +131,43 @@ class TwoParties:
             from fog_shuffler.prio3.leader_rules import close_batch
 
             return close_batch(params, self.leader.verify_key, region, t, reports, np.random.default_rng(t)).messages
-        for device, shares in zip(self.devices, reports):
-            self.leader.accepted(Prio3Accepted(region, device, t, 0.0, self.params.dp_eps, "prio3", shares))
-        self.leader.commit([])
+        leader = self.leaders[part]
+        devices = self.devices_of(part)
+        for device, shares in zip(devices, reports):
+            leader.accepted(Prio3Accepted(region, device, t, 0.0, self.params.dp_eps, "prio3", shares))
+        leader.commit([])
         n = len(reports)
-        cw = ClosedWindow(region, t, self.devices[:n], [0.0] * n, [self.params.dp_eps] * n, 0, 0, False,
+        cw = ClosedWindow(region, t, devices[:n], [0.0] * n, [self.params.dp_eps] * n, 0, 0, False,
                           ["prio3"] * n)
-        assert asyncio.run(self.leader.close(cw, [], ingest_rejected))
-        return self._leader_sent(region, t, lambda seq: seq < SHARE_SEQ)
+        closed = asyncio.run(leader.close(cw, [], ingest_rejected))
+        return self._leader_sent(region, t, lambda seq: seq < SHARE_SEQ, part) if closed else []
 
-    def leader_answer(self, payloads: list[str]) -> list[str]:
+    def devices_of(self, part: int) -> list[str]:
+        """The devices of leader worker `part` (every parts-th device, from the part-th)."""
+        return self.devices[part::self.parts]
+
+    def leader_answer(self, payloads: list[str], part: int = 0) -> list[str]:
         """Hand the helper's answers to the leader as its ingest does; returns
         the reasons of those it refused."""
+        leader = self.leaders[part]
         rows, refused = [], []
         for p in payloads:
             try:
-                row = self.leader.reply(p.encode())
+                row = leader.reply(p.encode())
             except Rejected as err:
                 refused.append(err.reason)
                 continue
             if row is not None:
                 rows.append(row)
-        self.leader.commit(rows)
+        leader.commit(rows)
         return refused
 
-    def leader_finish(self, region: str, t: int) -> tuple[str | None, Prio3Statement | None]:
+    def leader_finish(self, region: str, t: int, part: int = 0) -> tuple[str | None, Prio3Statement | None]:
         """The leader's step: (its share message or None, its statement)."""
-        asyncio.run(self.leader.step(time.time()))
-        shares = self._leader_sent(region, t, lambda seq: seq == SHARE_SEQ)
-        text = self.leader.journal.statement(region, t)
+        leader = self.leaders[part]
+        asyncio.run(leader.step(time.time()))
+        shares = self._leader_sent(region, t, lambda seq: seq == SHARE_SEQ, part)
+        text = leader.journal.statement(region, t)
         return (shares[0] if shares else None), (Prio3Statement.model_validate_json(text) if text else None)
 
     def published_statements(self, region: str) -> list[Prio3Statement]:
@@ -144,10 +175,11 @@ class TwoParties:
         return [Prio3Statement.model_validate_json(r[3]) for r in self.leader.journal.unsent_statements()
                 if r[0] == region]
 
-    def _leader_sent(self, region: str, t: int, which) -> list[str]:  # noqa: ANN001
-        rows = [r for r in self.leader.journal.unsent() if (r[0], r[1]) == (region, t) and which(r[2])]
+    def _leader_sent(self, region: str, t: int, which, part: int = 0) -> list[str]:  # noqa: ANN001
+        journal = self.leaders[part].journal
+        rows = [r for r in journal.unsent() if (r[0], r[1]) == (region, t) and which(r[2])]
         for r in rows:
-            self.leader.journal.mark_sent(r[0], r[1], r[2])
+            journal.mark_sent(r[0], r[1], r[2])
         return [r[3] for r in rows]
 
     # -- the helper's steps -------------------------------------------------------------------------------
@@ -158,12 +190,16 @@ class TwoParties:
 
     def helper_step(self) -> list[str]:
         """The helper works until idle; returns the answers it sends (and marks them sent)."""
+        return [p for _, p in self.helper_step_to()]
+
+    def helper_step_to(self) -> list[tuple[str, str]]:
+        """helper_step() with each answer's key (its topic's tail: the region, or region/part)."""
         while asyncio.run(self.helper.step(time.time())):
             pass
         rows = self.helper.store.unsent()
         for r in rows:
             self.helper.store.mark_sent(r[0], r[1], r[2])
-        return [r[3] for r in rows]
+        return [(r[0], r[3]) for r in rows]
 
     def publish(self) -> list[Aggregate]:
         """Every t the helper has ready, aggregated and stored once (the fusion service's closer)."""
@@ -193,6 +229,26 @@ class TwoParties:
         mine, _ = self.leader_finish(region, t)
         if mine is not None:
             self.to_helper(share([mine]) if share else [mine])
+        self.helper_step()
+        published = [a for a in self.publish() if a.t == t]
+        return published[0] if published else None
+
+    def window_parts(self, region: str, t: int, measurements: list[list[int]], *, share=None, answer=None
+                     ) -> Aggregate | None:  # noqa: ANN001
+        """One window of a region partitioned over the leader workers (issue 30):
+        measurements[k] are part k's devices' readings. Every part's batch goes
+        to the helper, each answer to its part's leader (by the answer's topic
+        key), each part's share back; then the helper publishes t once.
+        share / answer: a rewrite of part k's messages in transit, (k, payloads) -> payloads."""
+        for k, ms in enumerate(measurements):
+            self.to_helper(self.leader_close(region, t, self.reports(region, t, ms), part=k))
+        for key, payload in self.helper_step_to():
+            k = int(key.split("/")[1]) if "/" in key else 0
+            self.leader_answer(answer(k, [payload]) if answer else [payload], part=k)
+        for k in range(len(measurements)):
+            mine, _ = self.leader_finish(region, t, part=k)
+            if mine is not None:
+                self.to_helper(share(k, [mine]) if share else [mine])
         self.helper_step()
         published = [a for a in self.publish() if a.t == t]
         return published[0] if published else None

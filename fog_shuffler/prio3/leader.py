@@ -49,11 +49,12 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fog_shuffler.ingest import IngestRules, Rejected
 from fog_shuffler.prio3.leader_journal import SHARE_SEQ, LeaderJournal
-from fog_shuffler.prio3.leader_rules import (PRIO3, Prio3Accepted, close_batch, compare_published, dropped_share,
+from fog_shuffler.prio3.leader_rules import (PRIO3, PartOf, Prio3Accepted, close_batch, compare_published,
+                                             dropped_share,
                                              finish_window, helper_columns, leader_verify, record_columns, record_of,
                                              records_matrix, split_prio3, statement_of, validate_report)
 from fog_shuffler.shuffle.randomness import window_rng
@@ -66,7 +67,7 @@ from rase_common.mqtt import MqttSink
 from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
 from rase_common.protocol.aggregate import Aggregate
-from rase_common.protocol.prio3 import Prio3Params, Prio3Statement, Prio3Verify
+from rase_common.protocol.prio3 import MAX_PARTS, Prio3Params, Prio3Statement, Prio3Verify, slot
 from rase_common.secagg import Alarm, compute, read_key, work_loop
 from rase_common.vdaf import Prio3Aggregator
 from rase_common.vdaf.workers import VerifyPool
@@ -89,6 +90,23 @@ class Prio3FogConfig(BaseModel):
     kafka_group_id: str | None = None               # Kafka: the group reading the helper's answers
     # Processes verifying a large window (issue 30: rase_common.vdaf.workers), one per core this host gives the fog.
     verify_workers: int = Field(2, ge=1, le=64)
+    workers_min_reports: int = Field(2000, ge=1)     # smaller windows verify in the fog's own process
+    # Issue 30: this fog is leader worker `part` of `parts` of its regions: its config's devices are its
+    # part of each region's (the operator partitions the devices; the worker subscribes to its own
+    # devices' topics). Its aggregate shares carry a zero-sum mask derived from parts_key_file (64 hex
+    # digits that the leader workers share and the helper never holds), and only part 0 adds the
+    # leader's noise: summed, the parts are the region's share with the leader's noise once.
+    part: int = Field(0, ge=0, lt=MAX_PARTS)
+    parts: int = Field(1, ge=1, le=MAX_PARTS)
+    parts_key_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _parts(self) -> "Prio3FogConfig":
+        if self.part >= self.parts:
+            raise ValueError(f"[prio3] part {self.part} is not one of the {self.parts} parts (0 .. parts - 1)")
+        if self.parts > 1 and self.parts_key_file is None:
+            raise ValueError("[prio3] parts > 1 needs parts_key_file (the leader workers' shared mask key)")
+        return self
     # Tests only: the leader adds no noise to its aggregate share (the exactness test).
     unsafe_no_noise_for_tests: bool = False
 
@@ -131,6 +149,7 @@ class Prio3Leader:
     # open() and connect() make these; nothing reads them before.
     journal: LeaderJournal
     pool: VerifyPool
+    part: PartOf
     sink: Any
     sender: OutboxSender
 
@@ -167,7 +186,9 @@ class Prio3Leader:
 
     def open(self, db) -> None:  # noqa: ANN001 - the fog journal's connection
         self.verify_key = read_key(self.cfg.verify_key_file, "fog [prio3] verify_key_file")
-        self.pool = VerifyPool(self.cfg.verify_workers)
+        self.pool = VerifyPool(self.cfg.verify_workers, self.cfg.workers_min_reports)
+        key = read_key(self.cfg.parts_key_file, "fog [prio3] parts_key_file") if self.cfg.parts > 1 else b""
+        self.part = PartOf(self.cfg.part, self.cfg.parts, key)
         self.journal = LeaderJournal(db)
         self.nonces = self.journal.nonces()
         if self.cfg.unsafe_no_noise_for_tests:
@@ -194,14 +215,14 @@ class Prio3Leader:
             await self.reply_source.start()
             stack.push_async_callback(self.reply_source.stop)
         self.sender = OutboxSender("fog prio3 exchange", unsent=self.journal.unsent,
-                                   send=lambda row: self.sink.send(row[0], row[3]),
+                                   send=lambda row: self.sink.send(row[0], row[3]),      # rase/v1/windows/{region}
                                    mark_sent=self._sent, outage=self.forwarding, storage=self.storage,
                                    wakeup=self.outbox_wakeup)
         self.statement_sink = statement_sink or (MqttSink(link, topics.prio3_statement_topic) if link else None)
         if self.statement_sink is not None:
             self.statement_sender = OutboxSender(
                 "fog prio3 statements", unsent=self.journal.unsent_statements,
-                send=lambda row: self.statement_sink.send(row[0], row[3]),
+                send=lambda row: self.statement_sink.send(self.slot(row[0]), row[3]),
                 mark_sent=lambda row: self.journal.mark_sent(row[0], row[1], row[2]),
                 outage=Outage("fog prio3 statements", log), storage=self.storage, wakeup=self.statement_wakeup)
 
@@ -209,10 +230,15 @@ class Prio3Leader:
         self.journal.mark_sent(row[0], row[1], row[2])
         crash_point("leader_after_forward" if row[2] < SHARE_SEQ else "leader_after_share")
 
+    def slot(self, region: str) -> str:
+        """This worker's key of a region's window in the exchange and its topics (the region, or region/part)."""
+        return slot(region, self.cfg.part, self.cfg.parts)
+
     def subscriptions(self, replies_over_mqtt: bool = True) -> list[tuple[str, int]]:
-        """The helper's answers (when they come over MQTT) and the published
+        """The helper's answers (when they come over MQTT; a part's on its own topic) and the published
         aggregates (compared with the leader's statements, whatever the transport)."""
-        replies = [(topics.prio3_verify_topic(r), 1) for r in sorted(self.regions)] if replies_over_mqtt else []
+        replies = [(topics.prio3_verify_topic(self.slot(r)), 1) for r in sorted(self.regions)] \
+            if replies_over_mqtt else []
         return replies + [(topics.AGGREGATES_T_FILTER, 1)]
 
     def tasks(self) -> list:
@@ -254,8 +280,10 @@ class Prio3Leader:
             r = Prio3Verify.model_validate_json(payload)
         except ValidationError as err:
             raise Rejected("prio3_reply_invalid", str(err).replace("\n", " ")[:200]) from None
-        if r.region not in self.regions:
-            raise Rejected("prio3_reply_invalid", f"region {r.region} is not this fog's")
+        if r.region not in self.regions or r.part >= self.cfg.parts:
+            raise Rejected("prio3_reply_invalid", f"region {r.region} part {r.part} is not this fog's")
+        if r.part != self.cfg.part:
+            return None            # another leader worker's part (Kafka: every worker reads every answer)
         state = self.journal.state(r.region, r.t)
         if state is None:
             self._refused("reply_unsolicited", f"an answer for ({r.region}, {r.t}), which this leader never sent")
@@ -295,12 +323,12 @@ class Prio3Leader:
             return {}
         self.checked += 1
         found: dict[str, int] = {}
-        for region in sorted(self.regions & set(agg.prio3.regions)):
+        for region in sorted(r for r in self.regions if self.slot(r) in agg.prio3.regions):
             text = self.journal.statement(region, agg.t)
             stated = Prio3Statement.model_validate_json(text) if text else None
             if stated is None and not self.journal.knows(region, agg.t):
                 continue               # before this journal's horizon: nothing to compare with
-            for kind, k in compare_published(stated, region, agg.prio3).items():
+            for kind, k in compare_published(stated, self.slot(region), agg.prio3).items():
                 found[kind] = found.get(kind, 0) + k
                 self.metrics.discrepancies.labels(kind).inc(k)
                 self.alarm.raised(kind, f"the aggregate of t={agg.t} contradicts the leader's statement of "
@@ -346,14 +374,18 @@ class Prio3Leader:
         True if its batch was queued, False if suppressed. ingest_reasons: the
         region's reports refused at ingest since its previous window, by reason."""
         params = self.params
-        if cw.suppressed or len(cw.devices) < self.k_min:
+        under = cw.suppressed or len(cw.devices) < self.k_min
+        if under and self.cfg.parts <= 1:
             self.journal.close(cw.region, cw.t, None, "", [], time.time())
             return False
         started = time.perf_counter()
-        reports = records_matrix(params, self.journal.records_of(cw.region, cw.t, cw.devices))
+        # As one of several leader workers, a part under k_min forwards none of its reports, but an empty
+        # batch: its share (its mask only) still goes to the helper, which needs every part's (issue 30).
+        devices = [] if under else cw.devices
+        reports = records_matrix(params, self.journal.records_of(cw.region, cw.t, devices))
         n = reports.shape[0]
         closed = await compute(close_batch, params, self.verify_key, cw.region, cw.t, reports, window_rng(),
-                               ingest_rejected, self.pool, in_thread=n > LARGE)
+                               ingest_rejected, self.pool, self.cfg.part, in_thread=n > LARGE)
         assert closed.records is not None
         self.journal.close(cw.region, cw.t, closed.records.tobytes(), params.model_dump_json(), closed.messages,
                            time.time(), ingest=ingest_reasons if ingest_reasons is not None else
@@ -406,7 +438,7 @@ class Prio3Leader:
                                 in_thread=total > LARGE)
         share, n = await compute(finish_window, params, agg, region, t, record_columns(params, batch)[0], answer,
                                  self.k_min, noise=not self.cfg.unsafe_no_noise_for_tests,
-                                 ingest_rejected=self.journal.ingest(region, t), pool=self.pool,
+                                 ingest_rejected=self.journal.ingest(region, t), pool=self.pool, part=self.part,
                                  in_thread=total > LARGE)
         state = "done" if share.dropped is None else "dropped"
         self.journal.finish(region, t, share.model_dump_json(), state, share.dropped,
@@ -438,7 +470,7 @@ class Prio3Leader:
     def _drop(self, params: Prio3Params, region: str, t: int, total: int, reason: str) -> None:
         log.warning("fog prio3 (%s, %d): dropped, %s: no answer from the helper", region, t, reason)
         self.states.pop((region, t), None)
-        share = dropped_share(region, t, total, reason)
+        share = dropped_share(region, t, total, reason, self.cfg.part)
         share = share.model_copy(update={"statement": statement_of(params, share, None, [],
                                                                    self.journal.ingest(region, t))})
         assert share.statement is not None

@@ -152,9 +152,12 @@ class LeaderJournal:
             self.db.execute("INSERT OR IGNORE INTO closed VALUES (?,?,0)", (region, t))
             self._keep_nonces(region, t)
             self.db.execute("DELETE FROM prio3_open WHERE region=? AND t=?", (region, t))
-            if batch is None:      # suppressed: whatever else the window held goes too (fog_shuffler.journal's rows)
+            if batch is None or not total:
+                # Suppressed (or a leader worker's empty part): whatever else the window held goes too
+                # (fog_shuffler.journal's rows).
                 self.db.execute("DELETE FROM reports WHERE region=? AND t=?", (region, t))
                 self.db.execute("DELETE FROM duplicates WHERE region=? AND t=?", (region, t))
+            if batch is None:
                 return
             self.db.execute("INSERT OR REPLACE INTO prio3_batch_blob VALUES (?,?,?)", (region, t, batch))
             self.db.execute("INSERT OR REPLACE INTO prio3_windows VALUES (?,?,?,?,?,?,?,?)",

@@ -26,7 +26,7 @@ from rase_common.protocol.prio3 import (MAX_PRIO3_REPORT_BYTES, Prio3Batch, Prio
                                         pack_rows, parts_of, read_binary_report, share_size_error)
 from rase_common.protocol.topics import parse_report_topic
 from rase_device import prio3_binary
-from rase_common.secagg import noisy_share, tile
+from rase_common.secagg import masked_share, noisy_share, part_mask, tile
 from rase_common.vdaf import Prio3Aggregator
 from rase_common.vdaf.batch import Rejection
 from rase_common.vdaf.workers import Verified, VerifyPool
@@ -155,7 +155,8 @@ def leader_verify(params: Prio3Params, verify_key: bytes, ctx: bytes, records: n
 
 
 def close_batch(params: Prio3Params, verify_key: bytes, region: str, t: int, reports, rng: np.random.Generator,
-                ingest_rejected: int = 0, pool: VerifyPool | None = None) -> ClosedBatch:  # noqa: ANN001
+                ingest_rejected: int = 0, pool: VerifyPool | None = None, part: int = 0
+                ) -> ClosedBatch:  # noqa: ANN001
     """Shuffle a window's reports uniformly, verify_init on the leader's shares,
     and cut the batch for the helper into parts. reports: the window's records
     (records_matrix's forms: a matrix, their bytes, or (nonce, public, leader,
@@ -171,7 +172,8 @@ def close_batch(params: Prio3Params, verify_key: bytes, region: str, t: int, rep
     for first, count in parts_of(len(order), sizes[0] + sizes[1] + sizes[3] + vs.shape[1]):
         cut = slice(first, first + count)
         messages.append(Prio3Batch(
-            type="prio3_batch", region=region, t=t, total=len(order), first=first, count=count, params=params,
+            type="prio3_batch", region=region, part=part, t=t, total=len(order), first=first, count=count,
+            params=params,
             nonces=pack_rows(nonces[cut]), public_shares=pack_rows(pubs[cut]), sealed=pack_rows(sealed[cut]),
             leader_verifier_shares=pack_rows(vs[cut]), leader_live=pack_mask(live[cut]),
             ingest_rejected=ingest_rejected if first == 0 else 0).model_dump_json())
@@ -238,13 +240,31 @@ def check_helper(reasons: list[Rejection | None], answer: HelperAnswer) -> dict[
     return {k: v for k, v in out.items() if v}
 
 
+@dataclass(frozen=True)
+class PartOf:
+    """This leader worker's part of each region's reports (issue 30): part
+    `part` of `parts`, and the parts key its zero-sum masks come from."""
+    part: int = 0
+    parts: int = 1
+    key: bytes = b""
+
+
 def finish_window(params: Prio3Params, agg: Prio3Aggregator, region: str, t: int, nonces: list[bytes] | np.ndarray,
                   answer: HelperAnswer, k_min: int, *, noise: bool = True, ingest_rejected: dict | None = None,
-                  bits=None, pool: VerifyPool | None = None) -> tuple[Prio3Share, int]:  # noqa: ANN001
+                  bits=None, pool: VerifyPool | None = None, part: PartOf = PartOf()  # noqa: ANN001, B008
+                  ) -> tuple[Prio3Share, int]:
     """The leader's last message for a window whose helper answered: (message,
-    reports both accepted), with the leader's statement of the window inside."""
+    reports both accepted), with the leader's statement of the window inside.
+
+    As one of several leader workers (part.parts > 1) its share carries its
+    part's zero-sum mask (rase_common.secagg.part_mask) and only part 0 adds
+    the leader's noise: the helper can use the parts only all together, and
+    their sum is the region's share with the leader's noise once. A part with
+    fewer than k_min reports both accepted contributes none of them, only its
+    mask (and part 0's noise): every report that counts comes in a part of at
+    least k_min, and the other parts of the window still add up."""
     if answer.refused is not None:
-        share = dropped_share(region, t, len(nonces), f"helper_refused:{answer.refused}"[:64])
+        share = dropped_share(region, t, len(nonces), f"helper_refused:{answer.refused}"[:64], part.part)
         return share.model_copy(update={"statement": statement_of(params, share, answer, [], ingest_rejected)}), 0
     if pool is not None and pool.workers > 1 and len(nonces) >= pool.small:
         state, (vs, live) = agg.state, agg.columns
@@ -255,23 +275,30 @@ def finish_window(params: Prio3Params, agg: Prio3Aggregator, region: str, t: int
     n = int(both.sum())
     reasons = agg.reasons
     leader_rejected = Counter(r.value for i in np.flatnonzero(answer.accepted & ~mine) if (r := reasons[i]) is not None)
-    common = dict(type="prio3_share", region=region, t=t, total=len(both), count=len(both),
+    draws = 1 if noise and part.part == 0 else 0
+    if part.parts > 1 and n < k_min:       # this part contributes its mask (and part 0 its noise) only
+        both = np.zeros(len(both), dtype=bool)
+        mine, n = both, 0
+    common = dict(type="prio3_share", region=region, part=part.part, t=t, total=len(both), count=len(both),
                   leader_accepted=pack_mask(mine), accepted=n, accepted_digest=nonce_digest(nonces, both),
-                  leader_rejected=dict(leader_rejected), noise_draws=1 if noise else 0)
-    if n < k_min:
+                  leader_rejected=dict(leader_rejected), noise_draws=draws)
+    if part.parts <= 1 and n < k_min:
         share = Prio3Share(**common, dropped="under_k_min")
     else:
-        agg_share = noisy_share(agg.vdaf, agg.aggregate(both), params, noise=noise, bits=bits)
+        agg_share = noisy_share(agg.vdaf, agg.aggregate(both), params, noise=bool(draws), bits=bits)
+        if part.parts > 1:
+            agg_share = masked_share(agg.vdaf, agg_share, part_mask(agg.vdaf, part.key, region, t, part.part,
+                                                                   part.parts))
         share = Prio3Share(**common, agg_share=base64.b64encode(agg_share).decode())
     return share.model_copy(update={"statement": statement_of(params, share, answer, reasons, ingest_rejected)}), n
 
 
 def statement_of(params: Prio3Params, share: Prio3Share, answer: HelperAnswer | None,
                  reasons: list[Rejection | None], ingest_rejected: dict | None) -> Prio3Statement:
-    """The leader's account of a finished (or dropped) window."""
+    """The leader's account of a finished (or dropped) window (of its part)."""
     helper = answer if answer is not None and answer.refused is None else None
     return Prio3Statement(
-        region=share.region, t=share.t, params_id=params.params_id, received=share.total,
+        region=share.region, part=share.part, t=share.t, params_id=params.params_id, received=share.total,
         ingest_rejected=dict(ingest_rejected or {}),
         leader_rejected=dict(Counter(r.value for r in reasons if r is not None)),
         helper_accepted=int(helper.accepted.sum()) if helper is not None else 0,
@@ -280,8 +307,8 @@ def statement_of(params: Prio3Params, share: Prio3Share, answer: HelperAnswer | 
         dropped=share.dropped, noise_draws=share.noise_draws)
 
 
-def dropped_share(region: str, t: int, total: int, reason: str) -> Prio3Share:
-    return Prio3Share(type="prio3_share", region=region, t=t, total=total, count=total,
+def dropped_share(region: str, t: int, total: int, reason: str, part: int = 0) -> Prio3Share:
+    return Prio3Share(type="prio3_share", region=region, part=part, t=t, total=total, count=total,
                       leader_accepted=pack_mask(np.zeros(total, dtype=bool)), accepted=0, dropped=reason,
                       noise_draws=0)
 

@@ -73,6 +73,13 @@ class LeaderRole(ReportRole):
         await self.leader.connect(stack, ctx.cfg.sink, ctx.cfg.kafka, link=ctx.link, sink=ctx.sink,
                                   replies_from_kafka=ctx.source is None)
 
+    def report_filters(self) -> list[tuple[str, int]] | None:
+        """As one of several leader workers (issue 30), the topics of its own devices: its part of each region."""
+        if self.table.parts <= 1:
+            return None
+        return [(topics.report_topic(r, d), 1) for r, rc in sorted(self.ctx.cfg.regions.items())
+                for d in sorted(rc.all_devices())]
+
     def subscriptions(self) -> list[tuple[str, int]]:
         # Over MQTT the helper answers on topics of its own; over Kafka its answers have their own topic.
         # The per-t aggregates always come over MQTT (compared with the leader's statements).

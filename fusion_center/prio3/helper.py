@@ -58,7 +58,8 @@ from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
 from rase_common.protocol.aggregate import Aggregate
 from rase_common.protocol.control import ControlMessage
-from rase_common.protocol.prio3 import Prio3Batch, Prio3Params, Prio3Share, parse_leader_message, unpack
+from rase_common.protocol.prio3 import (MAX_PARTS, Prio3Batch, Prio3Params, Prio3Share, parse_leader_message, slot,
+                                        split_slot, unpack)
 from rase_common.secagg import Alarm, ShareOpener, compute, read_key, tile, work_loop
 from rase_common.sqlite import storage_errors
 from rase_device.prio3 import NONCE_SIZE
@@ -66,7 +67,8 @@ from rase_device.prio3 import NONCE_SIZE
 log = logging.getLogger(__name__)
 LARGE = 2000          # verify in a worker thread above this many reports
 # Why the helper refuses a leader message (issue 26): metric labels and the quarantine's reasons.
-REFUSALS = ("unknown_region", "params_mismatch", "batch_conflict", "batch_after_release", "share_conflict", "too_old")
+REFUSALS = ("unknown_region", "params_mismatch", "batch_conflict", "batch_after_release", "share_conflict", "too_old",
+            "unknown_part")
 
 
 class Refused(ValueError):
@@ -85,7 +87,14 @@ class Prio3FusionConfig(BaseModel):
     verify_key_file: Path             # 64 hex digits shared with the fogs only (Prio3's verify_key)
     k_min: int = Field(10, ge=1)      # fewest reports both accepted that a region's window may publish
     answer_deadline_s: float = Field(3600.0, gt=0)   # a batch whose leader share never comes is dropped
-    decrypt_workers: int = Field(2, ge=1, le=64)     # processes opening a large window's sealed shares
+    # Processes opening and verifying a large window (issue 30: rase_common.vdaf.workers), one per core
+    # this host gives the fusion center.
+    decrypt_workers: int = Field(2, ge=1, le=64)
+    workers_min_reports: int = Field(2000, ge=1)     # smaller windows open and verify in the fusion's own process
+    # Issue 30: how many leader workers each region's reports are partitioned over (the helper's own
+    # config, as the fogs' [prio3] parts): a region's window is published only with every part's share,
+    # their zero-sum masks cancelling, and k_min applies to the region's parts together.
+    leader_parts: int = Field(1, ge=1, le=MAX_PARTS)
     # After the helper's own params change, batches of this many more timestamps may still be made
     # under the previous ones (devices apply the control message when it reaches them).
     params_grace_periods: int = Field(3, ge=0)
@@ -146,7 +155,7 @@ class Prio3Helper:
 
     def open(self, db) -> None:  # noqa: ANN001 - the fusion store's connection
         self.opener = ShareOpener(read_key(self.cfg.private_key_file, "fusion [prio3] private_key_file"),
-                                  self.cfg.decrypt_workers)
+                                  self.cfg.decrypt_workers, self.cfg.workers_min_reports)
         self.verify_key = read_key(self.cfg.verify_key_file, "fusion [prio3] verify_key_file")
         self.store = HelperStore(db)
         if self.cfg.unsafe_no_noise_for_tests:
@@ -200,6 +209,10 @@ class Prio3Helper:
                 out.append(self._own[text])
         return out
 
+    def slot(self, region: str, part: int) -> str:
+        """The exchange's key of a region's part (rase_common.protocol.prio3.slot)."""
+        return slot(region, part, self.cfg.leader_parts)
+
     def _refuse(self, reason: str, detail: str) -> "Refused":
         """A refusal: counted and alarmed once the batch is committed; raised for the host to quarantine."""
         self._refused.append((reason, detail))
@@ -235,9 +248,13 @@ class Prio3Helper:
             raise ValueError(str(err)) from None
         if m.region not in self.known:             # the regions are the helper's own config's
             raise self._refuse("unknown_region", f"region {m.region!r} is not one of {sorted(self.known)}")
-        if has_aggregate(m.t) and not self.store.finished(m.region, m.t):   # late: t is published already
-            if isinstance(m, Prio3Share) and self.store.state(m.region, m.t) is not None:
-                self._late.append((m.region, m.t))
+        if m.part >= self.cfg.leader_parts:        # so is the number of leader workers (issue 30)
+            raise self._refuse("unknown_part", f"({m.region}, {m.t}) part {m.part}: the helper's leader_parts is "
+                                               f"{self.cfg.leader_parts}")
+        key = self.slot(m.region, m.part)          # the region, or region/part: the exchange's key
+        if has_aggregate(m.t) and not self.store.finished(key, m.t):   # late: t is published already
+            if isinstance(m, Prio3Share) and self.store.state(key, m.t) is not None:
+                self._late.append((key, m.t))
             return
         text = payload.decode()
         d = digest(text)
@@ -245,28 +262,28 @@ class Prio3Helper:
             mine = self.own_params(m.t)
             if own_params_for(m.params, mine) is None:
                 # Nothing is ever released for this window: refused, answered and finished at once.
-                self._refusals.append((m.region, m.t, refusal(m.region, m.t, m.total, "params_mismatch"),
+                self._refusals.append((key, m.t, refusal(m.region, m.t, m.total, "params_mismatch", m.part),
                                        "params_mismatch"))
                 raise self._refuse("params_mismatch", f"({m.region}, {m.t}): the batch's params {m.params.text} "
                                    f"are not the helper's own {' or '.join(p.text for p in mine) or '(none yet)'}")
-            key = ("part", m.region, m.t, m.first)
-            verdict = self._staged_verdict(key, d) or self.store.part_verdict(m.region, m.t, m.first, d)
+            staged = ("part", key, m.t, m.first)
+            verdict = self._staged_verdict(staged, d) or self.store.part_verdict(key, m.t, m.first, d)
             if verdict not in (None, "repeat"):
                 if verdict != "too_old":
-                    self._refusals.append((m.region, m.t, refusal(m.region, m.t, 0, verdict), None))
-                raise self._refuse(verdict, f"a batch part of ({m.region}, {m.t}) that reopens a window already "
+                    self._refusals.append((key, m.t, refusal(m.region, m.t, 0, verdict, m.part), None))
+                raise self._refuse(verdict, f"a batch part of ({key}, {m.t}) that reopens a window already "
                                             f"taken ({verdict}): a batch is collected once")
-            self._staged[key] = d
-            self._parts.append((m.region, m.t, m.first, text))
+            self._staged[staged] = d
+            self._parts.append((key, m.t, m.first, text))
         else:
-            key = ("share", m.region, m.t, -1)      # -1: the share, beside the parts 0, 1, ...
-            verdict = self._staged_verdict(key, d) or self.store.share_verdict(m.region, m.t, d)
+            staged = ("share", key, m.t, -1)      # -1: the share, beside the parts 0, 1, ...
+            verdict = self._staged_verdict(staged, d) or self.store.share_verdict(key, m.t, d)
             if verdict in ("repeat", "late"):
                 return
             if verdict is not None:
-                raise self._refuse(verdict, f"a second leader share for ({m.region}, {m.t}) ({verdict})")
-            self._staged[key] = d
-            self._shares.append((m.region, m.t, text))
+                raise self._refuse(verdict, f"a second leader share for ({key}, {m.t}) ({verdict})")
+            self._staged[staged] = d
+            self._shares.append((key, m.t, text))
 
     def _staged_verdict(self, key: tuple, d: str) -> str | None:
         """The same message twice in one intake batch is a repeat; another one for the same slot a conflict."""
@@ -334,10 +351,12 @@ class Prio3Helper:
             return done + 1          # more may wait: the loop calls again at once
         return done
 
-    async def _answer(self, region: str, t: int, age_s: float) -> Answer | None:
-        """Open and verify a window's batch once its parts are all here, under
-        the helper's own params for t (None: not yet, or dropped)."""
-        parts = [Prio3Batch.model_validate_json(p) for p in self.store.parts(region, t)]
+    async def _answer(self, key: str, t: int, age_s: float) -> Answer | None:
+        """Open and verify a window's batch (of a region, or of a leader
+        worker's part of it: key) once its parts are all here, under the
+        helper's own params for t (None: not yet, or dropped)."""
+        region = key
+        parts = [Prio3Batch.model_validate_json(p) for p in self.store.parts(key, t)]
         params = own_params_for(parts[0].params, self.own_params(t))
         if params is None:          # the helper's params changed since the batch was taken
             self._drop(region, t, "params_mismatch")
@@ -356,16 +375,18 @@ class Prio3Helper:
                 self._drop(region, t, "batch_incomplete")
             return None
         started = time.perf_counter()
-        seen = self.store.seen_nonces(region, t, nonces)     # verified in another window: never again
-        answer = await compute(answer_batch, params, self.verify_key, self.opener, region, t, ordered, seen,
-                               in_thread=parts[0].total > LARGE)
-        self.answers[(region, t)] = answer
+        seen = self.store.seen_nonces(key, t, nonces)     # verified in another window or part: never again
+        real_region, part = split_slot(key)
+        answer = await compute(answer_batch, params, self.verify_key, self.opener, real_region, t, ordered, seen,
+                               part=part, in_thread=parts[0].total > LARGE)
+        self.answers[(key, t)] = answer
         log.debug("fusion prio3 (%s, %d): %d reports opened and verified in %.3f s", region, t, parts[0].total,
                   time.perf_counter() - started)
         return answer
 
     def _combine(self, region: str, t: int, answer: Answer, share: Prio3Share, now: float) -> None:
-        record, reason = combine(answer, share, self.cfg.k_min)
+        # With leader workers, k_min applies to a region's parts together (due, aggregate), not to each part.
+        record, reason = combine(answer, share, self.cfg.k_min if self.cfg.leader_parts == 1 else 0)
         self.store.finish(region, t, record, now, reason)
         self.answers.pop((region, t), None)
         if record is None:
@@ -394,17 +415,23 @@ class Prio3Helper:
 
     # -- publishing -------------------------------------------------------------------------------
     def due(self, now: float) -> list[tuple[int, list[tuple[str, dict]], float]]:
-        """Timestamps whose regions are all ready, or whose first ready region is
-        merge_deadline_s old: (t, [(region, record)], first ready time)."""
+        """Timestamps whose regions are all ready (with leader workers: every
+        part of the region), or whose first ready region is merge_deadline_s
+        old: (t, [(key, record)], first ready time)."""
         by_t: dict[int, list] = {}
-        for region, t, record, at in self.store.ready():
-            by_t.setdefault(t, []).append((region, record, at))
+        for key, t, record, at in self.store.ready():
+            by_t.setdefault(t, []).append((key, record, at))
         out = []
         for t, rows in sorted(by_t.items()):
             first = min(at for *_, at in rows)
-            if self.known <= {r for r, *_ in rows} or now - first >= self.merge_deadline_s:
-                out.append((t, [(r, rec) for r, rec, _ in rows], first))
+            if self.known <= self._complete({k for k, *_ in rows}) or now - first >= self.merge_deadline_s:
+                out.append((t, [(k, rec) for k, rec, _ in rows], first))
         return out
+
+    def _complete(self, keys: set[str]) -> set[str]:
+        """The regions whose every part is among the ready keys."""
+        parts = self.cfg.leader_parts
+        return {r for r in {split_slot(k)[0] for k in keys} if all(slot(r, i, parts) in keys for i in range(parts))}
 
     def aggregated(self, t: int, stored: bool) -> None:
         """t is published (or had too few reports to publish): forget its records."""
@@ -423,8 +450,20 @@ class Prio3Helper:
         current = precision.prio3
         mine = [(r, rec) for r, rec in ready if current is None or Prio3Params(**rec["params"]) == current]
         mine = mine or ready                      # around a change of params: the newest t still publishes
-        dropped = {r: "other_params" for r, _ in ready if r not in {m for m, _ in mine}}
-        if sum(rec["accepted"] for _, rec in mine) < self.cfg.k_min:
+        dropped = {split_slot(r)[0]: "other_params" for r, _ in ready if r not in {m for m, _ in mine}}
+        if self.cfg.leader_parts > 1:
+            # A region's parts count only all together (their masks cancel in the sum), and k_min is the region's.
+            complete = self._complete({k for k, _ in mine})
+            n_of: dict[str, int] = {}
+            for k, rec in mine:
+                n_of[split_slot(k)[0]] = n_of.get(split_slot(k)[0], 0) + rec["accepted"]
+            for region in {split_slot(k)[0] for k, _ in mine}:
+                if region not in complete:
+                    dropped[region] = "part_missing"
+                elif n_of[region] < self.cfg.k_min:
+                    dropped[region] = "under_k_min"
+            mine = [(k, rec) for k, rec in mine if split_slot(k)[0] not in dropped]
+        if not mine or sum(rec["accepted"] for _, rec in mine) < self.cfg.k_min:
             return None
         return build_aggregate(t, mine, precision, set(self.known), level=level,
                                noise=not self.cfg.unsafe_no_noise_for_tests, dropped=dropped, history=history,

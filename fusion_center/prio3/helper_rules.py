@@ -27,7 +27,7 @@ from rase_common.protocol.aggregate import Aggregate, EstimateOut, PrivacyUnit, 
 from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.prio3 import (SEAL_OVERHEAD, PartyView, Prio3Batch, Prio3Params, Prio3Share, Prio3Summary,
                                         Prio3Verify, RegionViews, WallClock, b64, nonce_digest, pack_mask, pack_rows,
-                                        parts_of, unpack_mask)
+                                        parts_of, split_slot, unpack_mask)
 from rase_common.secagg import ShareOpener, unshard_signed
 from rase_common.vdaf import Prio3Aggregator
 
@@ -52,7 +52,8 @@ class Answer:
 
 
 def answer_batch(params: Prio3Params, verify_key: bytes, opener: ShareOpener, region: str, t: int,
-                 parts: list[Prio3Batch], seen_nonces=frozenset()) -> Answer:  # noqa: ANN001 - a Container
+                 parts: list[Prio3Batch], seen_nonces=frozenset(), part: int = 0  # noqa: ANN001 - a Container
+                 ) -> Answer:
     """Open, verify and answer one window's batch (its parts in order) under
     the helper's own `params`, the share bytes in arrays throughout, on the
     opener's worker processes when the batch is large. seen_nonces: nonces the
@@ -71,7 +72,8 @@ def answer_batch(params: Prio3Params, verify_key: bytes, opener: ShareOpener, re
     accepted = v.state.accepted
     reasons = v.state.reasons
     vs = vdaf.verifier_share_size()
-    messages = [Prio3Verify(type="prio3_verify", region=region, t=t, total=len(reasons), first=first, count=count,
+    messages = [Prio3Verify(type="prio3_verify", region=region, part=part, t=t, total=len(reasons), first=first,
+                            count=count,
                             helper_verifier_shares=pack_rows(v.shares[first:first + count]),
                             helper_live=pack_mask(v.live[first:first + count]),
                             helper_accepted=pack_mask(accepted[first:first + count]),
@@ -86,9 +88,9 @@ def _rows(matrix: np.ndarray) -> list[bytes]:
     return [raw[i * k:(i + 1) * k] for i in range(matrix.shape[0])]
 
 
-def refusal(region: str, t: int, total: int, reason: str) -> str:
+def refusal(region: str, t: int, total: int, reason: str, part: int = 0) -> str:
     """The helper's answer to a batch it will not verify (the leader drops the window and alarms)."""
-    return Prio3Verify(type="prio3_verify", region=region, t=t, total=total, first=0, count=0,
+    return Prio3Verify(type="prio3_verify", region=region, part=part, t=t, total=total, first=0, count=0,
                        refused=reason[:64]).model_dump_json()
 
 
@@ -183,7 +185,7 @@ def build_aggregate(t: int, ready: list[tuple[str, dict]], precision: ControlMes
                "sensitivity": params.sensitivity, "off_for_tests": "yes" if draws == 0 else "no"},
         wall_clock=wall_clock(t, params, precision), privacy=privacy_unit(params, period),
         regions=views, discrepancies=dict(found), params_id=params.params_id)
-    regions = sorted(r for r, _ in ready)
+    regions = sorted({split_slot(r)[0] for r, _ in ready})       # with leader workers, "region/part" keys
     agg = Aggregate(t=t, n=n, regions=regions, complete=known <= set(regions), level=level,
                     estimates={k: _out(e) for k, e in est.items()}, what=dict(out.meaning), mechanism="prio3",
                     frequencies=[_out(e) for e in out.frequencies], clamped=False, share_at_bound=0.0, windowed=win,

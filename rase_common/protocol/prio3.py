@@ -197,11 +197,30 @@ def parts_of(total: int, per_report_bytes: int) -> list[tuple[int, int]]:
     return [(i, min(step, total - i)) for i in range(0, total, step)] or [(0, 0)]
 
 
+MAX_PARTS = 64      # leader workers a region's reports may be partitioned over (issue 30)
+
+
+def slot(region: str, part: int, parts: int) -> str:
+    """The key of a region's window part in each party's exchange and in its
+    topics: the region itself when the leader runs as one worker, else
+    "region/part" (rase/v1/prio3/verify/r1/1; "/" is never in a region)."""
+    return region if parts <= 1 else f"{region}/{part}"
+
+
+def split_slot(key: str) -> tuple[str, int]:
+    """(region, part) of slot()'s key."""
+    region, _, part = key.partition("/")
+    return region, int(part) if part else 0
+
+
 class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     type: str                            # first on the wire: is_prio3_message looks at it
     v: Literal[1] = 1
     region: str = Region
+    # Which leader worker's part of the region's reports (issue 30: the devices partitioned over
+    # `parts` leader workers; 0 when the leader is one worker). The number of parts is each party's own.
+    part: StrictInt = Field(0, ge=0, lt=MAX_PARTS)
     t: StrictInt = Field(ge=0, lt=1 << 40)
     total: StrictInt = Field(ge=0, le=MAX_REPORTS)     # reports in the whole batch
     first: StrictInt = Field(0, ge=0)                  # this part covers reports first .. first + count - 1
@@ -290,6 +309,7 @@ class Prio3Statement(BaseModel):
     type: Literal["prio3_statement"] = "prio3_statement"
     v: Literal[1] = 1
     region: str = Region
+    part: StrictInt = Field(0, ge=0, lt=MAX_PARTS)     # the leader worker's part (issue 30)
     t: StrictInt = Field(ge=0, lt=1 << 40)
     params_id: str = Field(max_length=64)          # the leader's own params (Prio3Params.params_id)
     received: StrictInt = Field(ge=0)              # reports in the batch the leader sent

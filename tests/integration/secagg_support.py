@@ -54,21 +54,38 @@ class Deployment:
         return ControlMessage(mechanism="prio3", eps_levels=[self.dp_eps], period_s=self.period_s, x_max=self.x_max,
                               bands=BANDS, prio3=self.params)
 
-    def fog_settings(self, port: int, **extra) -> dict:
-        return dict(name="sa-fog", regions={self.region: {"devices": self.devices}}, period_s=self.period_s,
+    def fog_settings(self, port: int, part: int | None = None, parts: int = 1, **extra) -> dict:
+        """A fog's settings; part/parts: leader worker `part` of `parts` (issue 30), with every parts-th
+        device from the part-th, the leader workers' parts key and two verification workers."""
+        prio3 = {"verify_key_file": self.keys["verify_key_file"], "params": self.params.model_dump(),
+                 "unsafe_no_noise_for_tests": not self.noise, "verify_timeout_s": 5.0}
+        devices, name, journal = self.devices, "sa-fog", "fog.sqlite"
+        if part is not None:
+            prio3 |= {"part": part, "parts": parts, "parts_key_file": str(self.parts_key()), "verify_workers": 2,
+                      "workers_min_reports": 1}
+            devices, name, journal = self.devices[part::parts], f"sa-fog{part}", f"fog{part}.sqlite"
+        return dict(name=name, regions={self.region: {"devices": devices}}, period_s=self.period_s,
                     k_min=self.k_min, lateness_periods=50, device_mechanism="prio3", x_max=self.x_max, bands=BANDS,
                     eps_levels=[self.dp_eps],
-                    journal_path=str(self.work / "fog.sqlite"), broker={"port": port}, tick_s=0.02,
-                    prio3={"verify_key_file": self.keys["verify_key_file"], "params": self.params.model_dump(),
-                           "unsafe_no_noise_for_tests": not self.noise, "verify_timeout_s": 5.0},
-                    **extra)
+                    journal_path=str(self.work / journal), broker={"port": port}, tick_s=0.02,
+                    prio3=prio3, **extra)
 
-    def fusion_settings(self, port: int, **extra) -> dict:
+    def parts_key(self) -> Path:
+        """The leader workers' shared mask key (issue 30), written once."""
+        path = self.work / "keys" / "parts.key"
+        if not path.exists():
+            path.write_text(os.urandom(32).hex())
+        return path
+
+    def fusion_settings(self, port: int, leader_parts: int = 1, **extra) -> dict:
+        prio3 = {"private_key_file": self.keys["private_key_file"], "key_id": self.keys["key_id"],
+                 "verify_key_file": self.keys["verify_key_file"], "k_min": self.k_min,
+                 "unsafe_no_noise_for_tests": not self.noise, "decrypt_workers": 1}
+        if leader_parts > 1:      # two workers per party: the leader's parts, the helper's verifying processes
+            prio3 |= {"leader_parts": leader_parts, "decrypt_workers": 2, "workers_min_reports": 1}
         return dict(name="sa-fusion", regions=[self.region], store_path=str(self.work / "fusion.sqlite"),
                     broker={"port": port}, precision=self.control.model_dump(), tick_s=0.02, windows_w=[4],
-                    prio3={"private_key_file": self.keys["private_key_file"], "key_id": self.keys["key_id"],
-                           "verify_key_file": self.keys["verify_key_file"], "k_min": self.k_min,
-                           "unsafe_no_noise_for_tests": not self.noise, "decrypt_workers": 1}, **extra)
+                    prio3=prio3, **extra)
 
     def toml(self, settings: dict, path: Path) -> Path:
         """A TOML config file for `rase fog` / `rase fusion`."""

@@ -16,7 +16,9 @@ every kill but the first strikes during a recovery), another through the
 fusion center's four. Each window's aggregate is then published with all its
 reports, exactly once in the total (noise is off through the test-only
 setting, so the total is exact), and a timestamp never gets two different
-aggregates."""
+aggregates. The same with two workers per party (issue 30): two leader
+workers, each with its part of the devices, and the fusion center on two
+verifying processes."""
 
 from __future__ import annotations
 
@@ -87,26 +89,41 @@ class Party:
                 self.proc.wait()
 
 
-def test_a_sigkill_at_every_step_of_the_exchange_loses_no_report_and_counts_none_twice(own_mosquitto, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_sigkill_at_every_step_of_the_exchange_loses_no_report_and_counts_none_twice(own_mosquitto, tmp_path,
+                                                                                       workers):
+    """workers 2 (issue 30): two workers per party, the region's devices
+    partitioned over two `rase fog` leader workers (both killed at each of
+    their steps) and the fusion center verifying on two worker processes."""
     dep = Deployment(tmp_path)
     port = own_mosquitto.port
-    parties = {"fog": Party("fog", dep.toml(dep.fog_settings(port), tmp_path / "fog.toml"), tmp_path / "fog.log"),
-               "fusion": Party("fusion", dep.toml(dep.fusion_settings(port), tmp_path / "fusion.toml"),
-                               tmp_path / "fusion.log")}
-    for party in parties.values():
-        party.watched = [p.log for p in parties.values()]
+    if workers == 1:
+        fogs = [Party("fog", dep.toml(dep.fog_settings(port), tmp_path / "fog.toml"), tmp_path / "fog.log")]
+    else:
+        fogs = [Party("fog", dep.toml(dep.fog_settings(port, part=k, parts=workers), tmp_path / f"fog{k}.toml"),
+                      tmp_path / f"fog{k}.log") for k in range(workers)]
+    parties = {"fog": fogs, "fusion": [Party("fusion", dep.toml(dep.fusion_settings(port, leader_parts=workers),
+                                                                tmp_path / "fusion.toml"), tmp_path / "fusion.log")]}
+    everyone = [p for group in parties.values() for p in group]
+    for party in everyone:
+        party.watched = [p.log for p in everyone]
     rec = Recorder(port, ["rase/v1/aggregates/t/#"], client_id="sa-crash-rec")
     pub = AckedPublisher(port, "sa-crash-pub")
     cores = dep.cores()
     expected: dict[int, int] = {}
+
+    def logs() -> str:
+        return "\n".join(f"{p.log.name}:\n{p.log.read_text()[-2500:]}" for p in everyone if p.log.exists())
     try:
-        parties["fusion"].start()
+        for party in parties["fusion"]:
+            party.start()
         for k, (who, steps) in enumerate(STEPS.items()):
-            other = parties["fusion" if who == "fog" else "fog"]
-            if other.proc is None or other.proc.poll() is not None:
-                other.start()
-            parties[who].stop()
-            parties[who].start(crash_at=steps[0])
+            for other in parties["fusion" if who == "fog" else "fog"]:
+                if other.proc is None or other.proc.poll() is not None:
+                    other.start()
+            for party in parties[who]:
+                party.stop()
+                party.start(crash_at=steps[0])
             now = time.time()
             t = int(now // dep.period_s)
             readings = [float(1000 * k + 7 * i) for i in range(len(cores))]
@@ -114,14 +131,15 @@ def test_a_sigkill_at_every_step_of_the_exchange_loses_no_report_and_counts_none
                 pub.send(topic, payload)
             expected[t] = sum(int(x) for x in readings)
             for step, then in zip(steps, steps[1:] + [None]):
-                assert parties[who].killed(), f"{step}: {who} was not killed:\n{parties[who].log.read_text()[-3000:]}"
-                parties[who].start(crash_at=then)
+                for party in parties[who]:
+                    assert party.killed(), f"{step}: {party.log.name} was not killed:\n{logs()}"
+                for party in parties[who]:
+                    party.start(crash_at=then)
             assert rec.wait_for(lambda: any(m.topic.endswith(f"/{t}") for m in rec.messages), 60), (
-                f"{who}: no aggregate for t={t}\nfog:\n{parties['fog'].log.read_text()[-2500:]}\n"
-                f"fusion:\n{parties['fusion'].log.read_text()[-2500:]}")
+                f"{who}: no aggregate for t={t}\n{logs()}")
     finally:
         pub.close()
-        for party in parties.values():
+        for party in everyone:
             party.stop()
         rec.close()
     by_t: dict[int, set[str]] = {}
@@ -132,3 +150,5 @@ def test_a_sigkill_at_every_step_of_the_exchange_loses_no_report_and_counts_none
         assert len(payloads) == 1, f"t={t} was published with different contents"   # republished at most, same bytes
         agg = json.loads(payloads.pop())
         assert (agg["n"], agg["prio3"]["total"], agg["prio3"]["received"]) == (len(cores), expected[t], len(cores))
+        if workers > 1:      # each part's two views, one aggregate of the region
+            assert agg["regions"] == ["r1"] and set(agg["prio3"]["regions"]) == {f"r1/{k}" for k in range(workers)}

@@ -101,8 +101,8 @@ def test_the_published_total_is_the_exact_sum_of_the_accepted_reports_and_a_forg
     for payload in sent:
         text = payload.decode()
         assert not any(d in text for d in dep.devices) and "rase/v1/reports" not in text
-        assert set(json.loads(payload)) <= {"type", "v", "region", "t", "total", "first", "count", "params", "nonces",
-                                            "public_shares", "sealed", "leader_verifier_shares", "leader_live",
+        assert set(json.loads(payload)) <= {"type", "v", "region", "part", "t", "total", "first", "count", "params",
+                                            "nonces", "public_shares", "sealed", "leader_verifier_shares", "leader_live",
                                             "ingest_rejected", "leader_accepted", "accepted", "accepted_digest",
                                             "agg_share", "dropped", "leader_rejected", "noise_draws", "statement"}
         statement = json.loads(payload).get("statement") or {}      # the leader's account: counts only
@@ -157,7 +157,7 @@ def test_a_real_agent_ignores_a_forged_control_message_with_another_key_id(mosqu
 
     from edge_agent.config import AgentConfig
     from edge_agent.service import AgentService
-    from rase_common.protocol.prio3 import Prio3Report
+    from rase_common.protocol.prio3 import Prio3BinaryReport
     from rase_common.secagg import read_key
     from rase_common.vdaf import open_helper_shares
     from tests.mqtt_helpers import publish_retained
@@ -187,6 +187,5 @@ def test_a_real_agent_ignores_a_forged_control_message_with_another_key_id(mosqu
         rec.close()
     sk = read_key(dep.keys["private_key_file"], "helper key")
     for m in rec.on("rase/v1/reports/"):
-        rep = Prio3Report.model_validate_json(m.payload)
-        nonce, pub, _, sealed = rep.shares(dep.params.report_sizes())
-        assert open_helper_shares(sk, dep.params.ctx("r1", rep.t), [nonce], [pub], [sealed])[0] is not None
+        rep = Prio3BinaryReport.from_bytes(m.payload, dep.params.report_sizes())    # what the agent sends (issue 30)
+        assert open_helper_shares(sk, dep.params.ctx("r1", rep.t), [rep.nonce], [rep.pub], [rep.sealed])[0] is not None

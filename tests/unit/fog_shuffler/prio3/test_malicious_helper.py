@@ -35,8 +35,8 @@ def lying_answers(monkeypatch, lie) -> None:  # noqa: ANN001
     its answer to the leader and its own state say the same thing."""
     honest = helper_module.answer_batch
 
-    def answer_batch(params, verify_key, opener, region, t, parts, seen=frozenset()):  # noqa: ANN001
-        a = honest(params, verify_key, opener, region, t, parts, seen)
+    def answer_batch(params, verify_key, opener, region, t, parts, seen=frozenset(), **kw):  # noqa: ANN001
+        a = honest(params, verify_key, opener, region, t, parts, seen, **kw)
         accepted = lie(a)
         msgs = [Prio3Verify.model_validate_json(m) for m in a.messages]
         msgs = [m.model_copy(update={"helper_accepted": pack_mask(accepted[m.first:m.first + m.count]),
