@@ -122,6 +122,9 @@ class _FogConfig(TomlSettings):
     period_s: float = Field(8.0, gt=0)
     epoch0: float = 0.0
     speedup: float = Field(1.0, gt=0)   # simulated clocks only
+    # Simulated clocks only: (simulated unix time, the wall-clock unix time it reads it at); every
+    # process given the same anchor reads the same simulated time (None: it starts at the wall clock).
+    sim_clock_anchor: tuple[float, float] | None = None
     lateness_periods: int = Field(1, ge=0)     # a window closes this many periods after its t ends
     # Late data: a report whose window closed, within this long after its t
     # ended, goes into a late batch for that t (forwarded once it has k_min

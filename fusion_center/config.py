@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from rase_device import wire
+from rase_common.mechanisms import DEFAULT_MECHANISM, mechanism
 from rase_common.protocol.control import ControlMessage
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
@@ -20,7 +21,7 @@ class CentralTarget(BaseModel):
     """For the binary mechanism: the central (eps, delta) each shuffled window
     of `devices` reports must meet. The fusion center then broadcasts the
     eps per report (and so the flip probability) that meets it, by the
-    numerical FMT bound (fusion_center.ldp.counts.rr_flip_for_central), as the
+    numerical FMT bound (the mechanism's central_eps0), as the
     shuffle-DP notes choose p. It holds for windows shuffled uniformly with
     at least `devices` reports."""
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -68,6 +69,8 @@ class _FusionConfig(TomlSettings):
     metrics_host: str = "127.0.0.1"       # 0.0.0.0 in a container
     tick_s: float = Field(0.05, gt=0)
     speedup: float = Field(1.0, gt=0)
+    # Simulated clocks only: (simulated unix time, the wall-clock unix time it reads it at), as the fog's.
+    sim_clock_anchor: tuple[float, float] | None = None
     precision: ControlMessage = ControlMessage()
     # binary only: sets precision.eps_levels. Claimed per aggregate only where every window was uniformly
     # shuffled and states a central eps within it (fusion_center.ldp.context): a Mallows fog cannot deliver it.
@@ -98,14 +101,11 @@ class _FusionConfig(TomlSettings):
         target = data.get("central_target") if isinstance(data, dict) else None
         if target is None:
             return data
-        from fusion_center.ldp.counts import rr_flip_for_central
-
         t = target if isinstance(target, CentralTarget) else CentralTarget.model_validate(target)
         prec = data.get("precision", {})
         prec = prec.model_dump() if isinstance(prec, ControlMessage) else dict(prec)
-        if prec.get("mechanism") != "binary":
-            raise ValueError("central_target applies to precision.mechanism = \"binary\" only")
-        prec["eps_levels"] = [rr_flip_for_central(t.eps, t.delta, t.devices).eps0]
+        prec["eps_levels"] = [mechanism(prec.get("mechanism", DEFAULT_MECHANISM)).central_eps0(t.eps, t.delta,
+                                                                                               t.devices)]
         return {**data, "precision": prec}
 
     @field_validator("regions")

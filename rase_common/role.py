@@ -85,6 +85,14 @@ class Role:
     def tasks(self) -> list[Coroutine[Any, Any, None]]:
         return []
 
+    def next_deadline_s(self) -> float | None:
+        """Seconds (on the service's clock) until something of this role comes due; None: nothing waits."""
+        return None
+
+    def pending(self) -> bool:
+        """Whether input waits to be closed into an output (a replay's end waits for none)."""
+        return False
+
 
 def load_role(path: str) -> type[Role]:
     """The role class a registry names as "package.module:Class"."""

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 
+from rase_common import deadletter
 from rase_common.sqlite import storage_errors
 
 SHARE_SEQ = 1 << 30   # the leader's share follows its batch parts (0, 1, ...) in the outbox
@@ -60,6 +61,9 @@ NONCE = 16
 # region, t, device, record (nonce || public || leader || sealed), eps
 ReportRow = tuple[str, int, str, bytes, float]
 
+
+# Its answers' outbox may hold dead letters (rase_common.deadletter).
+deadletter.register_outbox("prio3_outbox", "sent")
 
 class LeaderJournal:
     def __init__(self, db):  # noqa: ANN001 - the fog journal's sqlite3 connection

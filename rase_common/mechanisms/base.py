@@ -142,6 +142,12 @@ class Mechanism:
     # control message that states others (the secure mode: either party may lie, docs/privacy.md 7).
     own_fields: tuple[str, ...] = ()
 
+    def central_eps0(self, eps: float, delta: float, devices: int) -> float:
+        """The eps per report whose `devices` uniformly shuffled reports are central (eps, delta)-DP
+        (the fusion center's [central_target]); ValueError where the mechanism has no such bound."""
+        raise ValueError(f"central_target needs a mechanism whose shuffled reports amplify to a central "
+                         f"(eps, delta) by a bound RASE implements (binary), not {self.name}")
+
     def params_of(self, msg: dict) -> Any:
         """The mechanism's own table of a parsed control message (the secure mode's prio3 params), or None."""
         return None
