@@ -40,28 +40,43 @@ BROKER_METRICS = "broker-metrics"   # rase broker-metrics: reads $SYS
 
 @dataclass(frozen=True)
 class FogUsers:
-    """One fog: its name (user `fog-<name>`) and the devices of each of its regions."""
+    """One fog: its name (user `fog-<name>`) and the devices of each of its
+    regions. part/parts: a Prio3 leader worker (issue 30), one of `parts` fogs
+    sharing its regions, each with its own devices: it reads its devices'
+    report topics only, and its part's answers and statements are its own."""
     name: str
     regions: Mapping[str, Iterable[str]]
+    part: int = 0
+    parts: int = 1
 
     @property
     def user(self) -> str:
         return f"fog-{self.name}"
 
+    def key(self, region: str) -> str:
+        """The region's key in the secure mode's topics: the region, or region/part."""
+        return region if self.parts <= 1 else f"{region}/{self.part}"
+
 
 def check_disjoint(fogs: Iterable[FogUsers]) -> None:
-    """Each fog, region and device belongs to one fog; a clash is a ValueError naming it."""
+    """Each fog, region and device belongs to one fog (a region of leader
+    workers: each part to one, all with the same number of parts); a clash is
+    a ValueError naming it."""
     users: set[str] = set()
-    region_of: dict[str, str] = {}
+    owner: dict[str, str] = {}          # region, or region/part -> its fog's user
+    parts_of: dict[str, int] = {}       # region -> the number of fogs it is partitioned over
     device_of: dict[str, str] = {}
     for fog in fogs:
         if fog.user in users:
             raise ValueError(f"two fog configs have the name {fog.name!r} (user {fog.user})")
         users.add(fog.user)
         for region, devices in fog.regions.items():
-            if region in region_of:
-                raise ValueError(f"region {region} is in {region_of[region]} and {fog.user}")
-            region_of[region] = fog.user
+            if parts_of.setdefault(region, fog.parts) != fog.parts:
+                raise ValueError(f"region {region} is in fogs of {parts_of[region]} and of {fog.parts} parts")
+            key = fog.key(region)
+            if key in owner:
+                raise ValueError(f"region {key} is in {owner[key]} and {fog.user}")
+            owner[key] = fog.user
             for d in devices:
                 if d in device_of:
                     raise ValueError(f"device {d} is registered with {device_of[d]} and {fog.user}")
@@ -72,7 +87,7 @@ def build_acl(fogs: Iterable[FogUsers], *, fusion: str = "fusion-fusion1",
               subscribers: Iterable[str] = ("dashboard",), discovery_prefix: str = DISCOVERY_PREFIX) -> str:
     fogs = list(fogs)
     check_disjoint(fogs)
-    regions = sorted(r for fog in fogs for r in fog.regions)
+    regions = sorted({r for fog in fogs for r in fog.regions})
     fusion_name = fusion.removeprefix("fusion-")
     status = fusion_status_topic(fusion_name)                     # online / offline (its will)
     discovery = discovery_topic(fusion_name, discovery_prefix)    # Home Assistant's device config
@@ -81,27 +96,37 @@ def build_acl(fogs: Iterable[FogUsers], *, fusion: str = "fusion-fusion1",
     for fog in fogs:
         # The fog follows the retained control message (the protocol parameters), so it reads it too.
         lines += [f"user {fog.user}"]
-        lines += [f"topic read rase/v1/reports/{r}/+" for r in sorted(fog.regions)]
+        if fog.parts > 1:       # a leader worker: its own devices' reports only (issue 30)
+            lines += [f"topic read rase/v1/reports/{r}/{d}" for r in sorted(fog.regions) for d in sorted(fog.regions[r])]
+        else:
+            lines += [f"topic read rase/v1/reports/{r}/+" for r in sorted(fog.regions)]
         lines += [f"topic read {CONTROL}"]
         lines += [f"topic write rase/v1/windows/{r}" for r in sorted(fog.regions)]
-        # Secure aggregation: the helper (fusion) answers the leader (fog) on rase/v1/prio3/verify/{region};
-        # the leader states its own account of each window where only it may write (issue 26), and reads
-        # the published per-t aggregates to compare them with it.
-        lines += [f"topic read {PRIO3_VERIFY_PREFIX}{r}" for r in sorted(fog.regions)]
-        lines += [f"topic write {PRIO3_STATEMENTS_PREFIX}{r}" for r in sorted(fog.regions)]
+        # Secure aggregation: the helper (fusion) answers the leader (fog) on rase/v1/prio3/verify/{region}
+        # (a leader worker: .../{region}/{part}); the leader states its own account of each window where only
+        # it may write (issue 26), and reads the published per-t aggregates to compare them with it.
+        lines += [f"topic read {PRIO3_VERIFY_PREFIX}{fog.key(r)}" for r in sorted(fog.regions)]
+        lines += [f"topic write {PRIO3_STATEMENTS_PREFIX}{fog.key(r)}" for r in sorted(fog.regions)]
         lines += [f"topic read {AGGREGATES_T_FILTER}"]
         # Why the fog rejects a device's reports, on that device's own topic (fog_shuffler.feedback).
-        lines += [f"topic write rase/v1/feedback/{r}/+" for r in sorted(fog.regions)]
+        if fog.parts > 1:
+            lines += [f"topic write rase/v1/feedback/{r}/{d}" for r in sorted(fog.regions) for d in sorted(fog.regions[r])]
+        else:
+            lines += [f"topic write rase/v1/feedback/{r}/+" for r in sorted(fog.regions)]
         # Which of its windows the fusion center stored (fog_shuffler.window_receipts).
         lines += [f"topic read {window_receipts_topic(r)}" for r in sorted(fog.regions)] + [""]
+    keys = sorted({fog.key(r) for fog in fogs for r in fog.regions})     # region, or region/part
     lines += [f"user {fusion}"] + [f"topic read rase/v1/windows/{r}" for r in regions]
     lines += [f"topic readwrite {CONTROL}", "topic readwrite rase/v1/aggregates/#"]
-    lines += [f"topic write {PRIO3_VERIFY_PREFIX}{r}" for r in regions]
+    lines += [f"topic write {PRIO3_VERIFY_PREFIX}{k}" for k in keys]
     lines += [f"topic write {window_receipts_topic(r)}" for r in regions]
     lines += [f"topic readwrite {status}", f"topic readwrite {discovery}", ""]
     for s in subscribers:
         lines += [f"user {s}", "topic read rase/v1/aggregates/#", f"topic read {CONTROL}", f"topic read {status}",
-                  f"topic read {discovery}", f"topic read {PRIO3_STATEMENTS_FILTER}", ""]
+                  f"topic read {discovery}", f"topic read {PRIO3_STATEMENTS_FILTER}"]
+        if any(fog.parts > 1 for fog in fogs):       # leader workers' statements: .../{region}/{part}
+            lines += [f"topic read {PRIO3_STATEMENTS_PREFIX}+/+"]
+        lines += [""]
     device_region = {d: r for fog in fogs for r, devs in fog.regions.items() for d in devs}
     for d in sorted(device_region):
         lines += [f"user {d}", f"topic write rase/v1/reports/{device_region[d]}/{d}", f"topic write rase/v1/status/{d}",

@@ -85,3 +85,24 @@ def test_the_cli_takes_every_fog_config_and_names_a_clash(tmp_path):
                            cwd=ROOT)
     assert twice.returncode == 2 and "rase: fog configs" in twice.stderr and "fog-r1" in twice.stderr
     assert "Traceback" not in twice.stderr
+
+
+def test_leader_workers_of_one_region_each_get_their_own_devices_and_part(tmp_path):
+    """Issue 30: a region partitioned over two leader workers: each reads only
+    its own devices' reports, writes only their feedback and its part's
+    statements, reads its part's answers; the fusion center answers every part."""
+    acl = blocks(build_acl([FogUsers("a", {"r1": ["d1", "d2"]}, part=0, parts=2),
+                            FogUsers("b", {"r1": ["d3"]}, part=1, parts=2)], fusion="fusion-c"))
+    a, b, fusion = acl["fog-a"], acl["fog-b"], acl["fusion-c"]
+    assert {"topic read rase/v1/reports/r1/d1", "topic read rase/v1/reports/r1/d2",
+            "topic read rase/v1/prio3/verify/r1/0", "topic write rase/v1/prio3/statements/r1/0",
+            "topic write rase/v1/feedback/r1/d1", "topic write rase/v1/windows/r1"} <= set(a)
+    assert not any("r1/+" in line or "d3" in line for line in a)
+    assert "topic read rase/v1/reports/r1/d3" in b and "topic read rase/v1/prio3/verify/r1/1" in b
+    assert {"topic write rase/v1/prio3/verify/r1/0", "topic write rase/v1/prio3/verify/r1/1",
+            "topic read rase/v1/windows/r1"} <= set(fusion)
+    assert "topic read rase/v1/prio3/statements/+/+" in acl["dashboard"]
+    with pytest.raises(ValueError, match="r1/1"):
+        build_acl([FogUsers("a", {"r1": ["d1"]}, part=1, parts=2), FogUsers("b", {"r1": ["d3"]}, part=1, parts=2)])
+    with pytest.raises(ValueError, match="parts"):
+        build_acl([FogUsers("a", {"r1": ["d1"]}, part=0, parts=2), FogUsers("b", {"r1": ["d3"]})])
