@@ -86,6 +86,16 @@ for name, v, m in %(variants)s:
     for i in range(%(n)d):
         make_report(v, b'bench', m, pk, read)
     res[name] = [%(n)d, time.ticks_diff(time.ticks_us(), t0)]
+# What a device sends (issue 30): a Prio3Sum(4000) report, its context bound to the params id, binary.
+from rase_device.prio3_binary import encode
+from rase_device.secagg import report_ctx
+v = prio3_sum(4000)
+pid = '9fe0d8c2014a9ee236e3dffc07958726'
+encode(9, 1, pid, make_report(v, report_ctx('r1', 9, pid), 2345, pk, read))
+t0 = time.ticks_us()
+for i in range(%(n)d):
+    encode(9 + i, 1 + i, pid, make_report(v, report_ctx('r1', 9 + i, pid), 2345, pk, read))
+res['sum4000_binary'] = [%(n)d, time.ticks_diff(time.ticks_us(), t0)]
 print(json.dumps(res))
 """
 
@@ -94,13 +104,14 @@ print(json.dumps(res))
 HEAP_SNIPPETS = [
     "import gc\ngc.collect()\nprint(gc.mem_alloc())",
     "from rase_device.prio3 import prio3_sum, prio3_count, prio3_histogram\n"
-    "from rase_device.prio3_report import make_report",
+    "from rase_device.prio3_report import make_report\nfrom rase_device.prio3_binary import encode",
     "gc.collect()\nprint(gc.mem_alloc())",
-    "v = prio3_sum(4095)\npk = bytes.fromhex(%(pk)r)\nread = %(read)s\nmake_report(v, b'bench', 5, pk, read)",
+    "v = prio3_sum(4000)\npk = bytes.fromhex(%(pk)r)\nread = %(read)s\n"
+    "encode(1, 1, '9fe0d8c2014a9ee236e3dffc07958726', make_report(v, b'bench', 5, pk, read))",
     "gc.collect()\nprint(gc.mem_alloc())",
-    "for i in range(20):\n    make_report(v, b'bench', i, pk, read)",
+    "for i in range(20):\n    encode(1, i, '9fe0d8c2014a9ee236e3dffc07958726', make_report(v, b'bench', i, pk, read))",
     "gc.collect()\nprint(gc.mem_alloc())",
-    "for i in range(20):\n    make_report(v, b'bench', i, pk, read)",
+    "for i in range(20):\n    encode(1, i, '9fe0d8c2014a9ee236e3dffc07958726', make_report(v, b'bench', i, pk, read))",
     "gc.collect()\nprint(gc.mem_alloc())",
     "def alloc(v, m):\n    gc.collect()\n    gc.disable()\n    a = gc.mem_alloc()\n"
     "    make_report(v, b'bench', m, pk, read)\n    b = gc.mem_alloc()\n    gc.enable()\n    return b - a\n"
@@ -113,6 +124,7 @@ def device_variants_literal() -> str:
 
 
 def per_s(raw: dict) -> dict:
+    raw = dict(raw)
     rates = {k: n / (us / 1e6) for k, (n, us) in raw.items()}
     return {k: {"per_s": v, "ratio_to_br": v / rates["br"]} for k, v in rates.items()}
 
@@ -131,6 +143,14 @@ def device_cpython(n: int, pk: bytes) -> dict:
         for _ in range(n):
             make_report(vdaf, b"bench", m, pk)
         raw[name] = [n, (time.perf_counter() - t0) * 1e6]
+    from rase_device.prio3_binary import encode
+    from rase_device.secagg import report_ctx
+
+    v, pid = p3.prio3_sum(4000), "9fe0d8c2014a9ee236e3dffc07958726"
+    t0 = time.perf_counter()
+    for i in range(n):
+        encode(9 + i, 1 + i, pid, make_report(v, report_ctx("r1", 9 + i, pid), 2345, pk))
+    raw["sum4000_binary"] = [n, (time.perf_counter() - t0) * 1e6]
     return per_s(raw)
 
 
@@ -139,7 +159,7 @@ def heap_from(values: list[int]) -> dict:
     return {"import_bytes": imported - base, "after_setup_and_1_report_bytes": setup - base,
             "after_21_reports_bytes": a20 - base, "after_41_reports_bytes": a40 - base,
             "growth_reports_22_41_bytes": a40 - a20,
-            "allocated_per_report_bytes": {"sum12": per_sum, "count": per_count, "histogram20": per_hist}}
+            "allocated_per_report_bytes": {"sum4000": per_sum, "count": per_count, "histogram20": per_hist}}
 
 
 def device_micropython(n: int, pk: bytes) -> dict:
@@ -161,10 +181,11 @@ def device_micropython(n: int, pk: bytes) -> dict:
 SMALL_HEAP_SNIPPET = """
 from rase_device.prio3 import prio3_sum, prio3_count, prio3_histogram
 from rase_device.prio3_report import make_report
+from rase_device.prio3_binary import encode
 pk = bytes.fromhex(%(pk)r)
-for v, m in ((prio3_sum(4095), 4000), (prio3_count(), 1), (prio3_histogram(20, 4), 7)):
+for v, m in ((prio3_sum(4000), 4000), (prio3_count(), 1), (prio3_histogram(20, 4), 7)):
     for i in range(3):
-        make_report(v, b'bench', m, pk)
+        encode(1, i, '9fe0d8c2014a9ee236e3dffc07958726', make_report(v, b'bench', m, pk))
 print('ok')
 """
 
@@ -305,11 +326,234 @@ def field_ops(n: int, repeat: int) -> dict:
     return out
 
 
+# -- both parties per report, as the services run them (issue 30) -------------------------------------------------
+
+LIBPRIO_RS = {"prepare_init_us": 18.6, "shard_us": 31.0}   # published for Prio3Sum 8-bit (the issue's figures)
+PARTY_MAX = 4000          # Prio3Sum(4000): the deployment's 0..4,000 W grid
+
+
+def _party_setup(work: Path, n: int, workers: int, min_reports: int) -> dict:
+    """A leader (an in-memory FogService, its real journal) and a helper
+    (Prio3Helper on a real store) of one Prio3Sum(4000) deployment, and n
+    devices' binary reports of one window."""
+    from fog_shuffler.config import FogConfig
+    from rase_common.protocol.control import ControlMessage
+    from rase_common.protocol.prio3 import Prio3Params
+    from rase_common.secagg import write_keys
+    from rase_common.vdaf.fast_client import FastPrio3, fast_make_report
+    from rase_device import prio3_binary
+    from rase_device.secagg import encode_report
+
+    keys = write_keys(work / "keys")
+    params = Prio3Params.for_deployment("sum", key_id=keys["key_id"], dp_eps=1.0, grid_steps=PARTY_MAX, bands=[10.0])
+    devices = [f"dev{i:06d}" for i in range(n)]
+    t = 20
+    vdaf, ctx, pk = FastPrio3(params.vdaf()), params.ctx("r1", t), bytes.fromhex(keys["public_key"])
+    rng = random.Random(30)
+    reports = [fast_make_report(vdaf, ctx, rng.randrange(PARTY_MAX + 1), pk) for _ in devices]
+    payloads = [prio3_binary.encode(t, 1, params.params_id, r) for r in reports]
+    fog = FogConfig.load(None, name="bench-fog", regions={"r1": {"devices": devices}}, period_s=8.0, k_min=10,
+                         lateness_periods=1, allowed_lateness_s=0, device_mechanism="prio3", x_max=float(PARTY_MAX),
+                         bands=[10.0], eps_levels=[1.0], journal_path=str(work / "fog.sqlite"), broker={"port": 1},
+                         prio3={"verify_key_file": keys["verify_key_file"], "params": params.model_dump(),
+                                "verify_workers": workers, "workers_min_reports": min_reports})
+    control = ControlMessage(mechanism="prio3", eps_levels=[1.0], bands=[10.0], period_s=8.0, x_max=float(PARTY_MAX),
+                             prio3=params)
+    return {"keys": keys, "params": params, "t": t, "devices": devices, "payloads": payloads, "fog": fog,
+            "control": control, "json_bytes": len(encode_report(t, 1.0, 1, reports[0], params.params_id)),
+            "binary_bytes": len(payloads[0])}
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's live child processes (the verification workers), from /proc."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for c in children:
+            try:
+                fields = Path(f"/proc/{c}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, IndexError, ValueError):
+                pass
+    return total
+
+
+class _Clock:
+    """CPU seconds (this process and its workers) and wall seconds of a step."""
+
+    def __init__(self) -> None:
+        self.cpu0, self.kids0, self.wall0 = time.process_time(), _children_cpu_s(), time.perf_counter()
+
+    def done(self) -> tuple[float, float]:
+        return (time.process_time() - self.cpu0 + _children_cpu_s() - self.kids0, time.perf_counter() - self.wall0)
+
+
+def parties(n: int, workers: int, min_reports: int = 2000) -> dict:
+    """One window of n Prio3Sum(4000) binary reports through both parties'
+    real code (no broker): the leader's ingest, close, and finish, the
+    helper's intake, answer, combine and publication; CPU (with the worker
+    processes') and wall seconds of each step."""
+    import asyncio
+    import shutil
+    import tempfile
+
+    from prometheus_client import CollectorRegistry
+
+    from fog_shuffler.service import FogService
+    from fusion_center.prio3.helper import Prio3FusionConfig, Prio3Helper
+    from fusion_center.store import AggregateStore
+    from rase_common.channels import MemorySink, MemorySource, Message
+    from rase_common.clock import ManualClock
+    from rase_common.errors import Outage
+    from rase_common.protocol import topics
+
+    work = Path(tempfile.mkdtemp(prefix="rase-bench-parties-"))
+    try:
+        d = _party_setup(work, n, workers, min_reports)
+        t = d["t"]
+        fog = FogService(d["fog"], clock=ManualClock(8.0 * t + 1), source=MemorySource(), sink=MemorySink())
+        store = AggregateStore(work / "fusion.sqlite")
+        hcfg = Prio3FusionConfig(private_key_file=d["keys"]["private_key_file"], key_id=d["keys"]["key_id"],
+                                 verify_key_file=d["keys"]["verify_key_file"], k_min=10, decrypt_workers=workers,
+                                 workers_min_reports=min_reports)
+        helper = Prio3Helper(hcfg, regions=["r1"], merge_deadline_s=5.0, registry=CollectorRegistry(),
+                             storage=Outage("bench fusion store", None))
+        helper.open(store.db)
+        helper.follow(d["control"], 8.0 * t + 1)
+        steps: dict[str, tuple[float, float]] = {}
+
+        async def run() -> None:
+            import contextlib
+
+            async with contextlib.AsyncExitStack() as stack:
+                await fog.open(stack)
+                leader = fog.roles.get("prio3").leader
+                await asyncio.to_thread(leader.pool.warm)
+                helper.opener.warm()
+                batch = [(Message(topics.report_topic("r1", dev), p, mid=i), t)
+                         for i, (dev, p) in enumerate(zip(d["devices"], d["payloads"]))]
+                gc.collect()
+                c = _Clock()
+                for i in range(0, n, 5000):                 # the fog's ingest batches
+                    fog.roles.ingest(batch[i:i + 5000])
+                steps["leader ingest (decode, validate, journal, receipts)"] = c.done()
+                c = _Clock()
+                await fog.roles.close_due(t + 2)
+                steps["leader close (shuffle, verify_init, batch, journal)"] = c.done()
+                sent = [r[3] for r in leader.journal.unsent()]
+                for r in leader.journal.unsent():
+                    leader.journal.mark_sent(*r[:3])
+                c = _Clock()
+                helper.take([m.encode() for m in sent], time.time(), lambda _t: False)
+                steps["helper intake (store the batch)"] = c.done()
+                c = _Clock()
+                while await helper.step(time.time()):
+                    pass
+                steps["helper answer (open, verify_init, decide, answer)"] = c.done()
+                answers = helper.store.unsent()
+                for r in answers:
+                    helper.store.mark_sent(*r[:3])
+                c = _Clock()
+                fog.roles.ingest([(Message(topics.prio3_verify_topic("r1"), a[3].encode(), mid=n + i), t)
+                                  for i, a in enumerate(answers)])
+                await leader.step(time.time())
+                steps["leader finish (answer, decide, aggregate, noise, share)"] = c.done()
+                share = [r[3] for r in leader.journal.unsent() if r[2] == 1 << 30]
+                c = _Clock()
+                helper.take([m.encode() for m in share], time.time(), lambda _t: False)
+                while await helper.step(time.time()):
+                    pass
+                (tt, ready, _), = helper.due(time.time() + 60)
+                agg = helper.aggregate(tt, ready, d["control"], level=0.95, history={}, windows_w=())
+                steps["helper combine and publish (share, noise, aggregate)"] = c.done()
+                assert agg is not None and agg[0].n == n, "the benchmark's window was not published whole"
+                helper.opener.close()
+
+        asyncio.run(run())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    leader_cpu = sum(v[0] for k, v in steps.items() if k.startswith("leader"))
+    helper_cpu = sum(v[0] for k, v in steps.items() if k.startswith("helper"))
+    return {"reports": n, "workers": workers, "binary_report_bytes": d["binary_bytes"],
+            "json_report_bytes": d["json_bytes"],
+            "steps": {k: {"cpu_us_per_report": v[0] / n * 1e6, "wall_s": v[1]} for k, v in steps.items()},
+            "leader_cpu_us_per_report": leader_cpu / n * 1e6, "helper_cpu_us_per_report": helper_cpu / n * 1e6}
+
+
+def verification_alone(n: int, repeat: int) -> dict:
+    """Per report and party, verification alone (Prio3Sum(4000), the array
+    path the services run: verify_init, then combining both verifier shares
+    and deciding), and the helper's HPKE opening beside it; best of repeat, CPU."""
+    from rase_common.protocol.prio3 import Prio3Params
+    from rase_common.vdaf import batch
+    from rase_common.vdaf.workers import open_columns
+
+    sk, pk = generate_keypair()
+    params = Prio3Params.for_deployment("sum", key_id="fc-bench", dp_eps=1.0, grid_steps=PARTY_MAX, bands=[10.0])
+    vdaf = params.vdaf()
+    ctx = params.ctx("r1", 1)
+    from rase_common.vdaf.fast_client import FastPrio3, fast_make_report
+
+    fast = FastPrio3(vdaf)
+    rng = random.Random(31)
+    reports = [fast_make_report(fast, ctx, rng.randrange(PARTY_MAX + 1), pk) for _ in range(n)]
+
+    def mat(k: int) -> np.ndarray:
+        return np.frombuffer(b"".join(r[k] for r in reports), dtype=np.uint8).reshape(n, -1)
+    nonces, pubs, leaders, sealed = mat(0), np.zeros((n, 0), dtype=np.uint8), mat(2), mat(3)
+    best = {"leader_verify_us": 1e9, "helper_verify_us": 1e9, "helper_open_us": 1e9}
+    for _ in range(repeat):
+        gc.collect()
+        c0 = time.process_time()
+        helper_in, present = open_columns(sk, ctx, nonces, pubs, sealed, vdaf.input_share_size(1))
+        c1 = time.process_time()
+        s0, v0, l0 = batch.verify_init_columns(vdaf, b"k" * 32, ctx, 0, nonces, pubs, leaders, [None] * n)
+        c2 = time.process_time()
+        s1, v1, l1 = batch.verify_init_columns(vdaf, b"k" * 32, ctx, 1, nonces, pubs, helper_in, [None] * n)
+        c3 = time.process_time()
+        valid, seeds, _ = batch.verifier_messages_columns(vdaf, ctx, [v0, v1], [l0, l1])
+        batch.verify_next_columns(s0, valid, seeds)
+        c4 = time.process_time()
+        valid, seeds, _ = batch.verifier_messages_columns(vdaf, ctx, [v0, v1], [l0, l1])
+        batch.verify_next_columns(s1, valid, seeds)
+        c5 = time.process_time()
+        assert present.all() and s0.accepted.all() and s1.accepted.all()
+        best["helper_open_us"] = min(best["helper_open_us"], (c1 - c0) / n * 1e6)
+        best["leader_verify_us"] = min(best["leader_verify_us"], (c2 - c1 + c4 - c3) / n * 1e6)
+        best["helper_verify_us"] = min(best["helper_verify_us"], (c3 - c2 + c5 - c4) / n * 1e6)
+    best["reports"] = n
+    best["vs_libprio_rs_prepare_init"] = {k: best[k] / LIBPRIO_RS["prepare_init_us"]
+                                          for k in ("leader_verify_us", "helper_verify_us")}
+    return best
+
+
+def print_parties(rows: list[dict], alone: dict) -> None:
+    first = rows[0]
+    print(f"\nreport size, Prio3Sum(4000): binary {first['binary_report_bytes']} B, JSON {first['json_report_bytes']} B")
+    print(f"verification alone, {alone['reports']:,} reports, CPU us per report (libprio-rs prepare_init: "
+          f"{LIBPRIO_RS['prepare_init_us']} us): leader {alone['leader_verify_us']:.1f} "
+          f"({alone['vs_libprio_rs_prepare_init']['leader_verify_us']:.2f}x), helper {alone['helper_verify_us']:.1f} "
+          f"({alone['vs_libprio_rs_prepare_init']['helper_verify_us']:.2f}x), the helper's HPKE open "
+          f"{alone['helper_open_us']:.1f}")
+    print(f"\n{'step':<58}" + "".join(f"{'cpu us/rep':>12}{'wall s':>9}  (workers {r['workers']})" for r in rows))
+    for step in first["steps"]:
+        print(f"{step:<58}" + "".join(f"{r['steps'][step]['cpu_us_per_report']:>12.1f}"
+                                       f"{r['steps'][step]['wall_s']:>9.3f}{'':>13}" for r in rows))
+    for who in ("leader", "helper"):
+        print(f"{who + ' end to end, CPU us per report':<58}" + "".join(
+            f"{r[who + '_cpu_us_per_report']:>12.1f}{'':>22}" for r in rows))
+
+
 def print_device(cp: dict, mp: dict) -> None:
-    print(f"{'runtime':<26}{'BR rep/s':>12}" + "".join(f"{n + ' rep/s (/BR)':>28}" for n in VARIANTS))
+    names = list(VARIANTS) + ["sum4000_binary"]
+    print(f"{'runtime':<26}{'BR rep/s':>12}" + "".join(f"{n + ' rep/s (/BR)':>28}" for n in names))
     for label, rates in (("CPython " + sys.version.split()[0], cp), ("MicroPython unix", mp["unix"]["rates"]),
                          ("MicroPython WebAssembly", mp["wasm"]["rates"])):
-        cells = "".join(f"{rates[n]['per_s']:>16,.1f} ({rates[n]['ratio_to_br']:.5f})" for n in VARIANTS)
+        cells = "".join(f"{rates[n]['per_s']:>16,.1f} ({rates[n]['ratio_to_br']:.5f})" for n in names)
         print(f"{label:<26}{rates['br']['per_s']:>12,.0f}{cells}")
     for port in ("unix", "wasm"):
         h = mp[port]["heap"]
@@ -335,7 +579,9 @@ def print_aggregators(agg: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="device,aggregators,field", help="which of device, aggregators, field to run")
+    ap.add_argument("--parts", default="device,aggregators,parties,field",
+                    help="which of device, aggregators, parties, field to run")
+    ap.add_argument("--parties-n", type=int, default=10_000, help="parties: reports in the window")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="aggregator variants to run")
     ap.add_argument("--device-n", type=int, default=30, help="reports per variant on each device runtime")
     ap.add_argument("--sizes", default="1000,10000,100000", help="window sizes for Count and Sum")
@@ -346,8 +592,8 @@ def main() -> None:
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     variants = args.variants.split(",")
-    if parts - {"device", "aggregators", "field"} or set(variants) - set(VARIANTS):
-        ap.error(f"--parts is a subset of device,aggregators,field and --variants of {','.join(VARIANTS)}")
+    if parts - {"device", "aggregators", "parties", "field"} or set(variants) - set(VARIANTS):
+        ap.error(f"--parts is a subset of device,aggregators,parties,field and --variants of {','.join(VARIANTS)}")
     result: dict = {"benchmark": "prio3", "device_n": args.device_n}
     targets: dict = {}
     if "device" in parts:
@@ -357,6 +603,9 @@ def main() -> None:
         print_device(cp, mp)
         result["device"] = {"cpython": cp, "micropython_unix": mp["unix"], "micropython_wasm": mp["wasm"]}
         targets["unix_sum12_reports_per_s"] = mp["unix"]["rates"]["sum12"]["per_s"]
+        targets["unix_sum4000_binary_reports_per_s"] = mp["unix"]["rates"]["sum4000_binary"]["per_s"]
+        targets["wasm_sum4000_binary_reports_per_s"] = mp["wasm"]["rates"]["sum4000_binary"]["per_s"]
+        targets["unix_smallest_heap_kib"] = mp["unix"]["smallest_heap_kib"]
     if "aggregators" in parts:
         agg = aggregators(variants, [int(x) for x in args.sizes.split(",")],
                           [int(x) for x in args.hist_sizes.split(",")], args.repeat)
@@ -366,6 +615,22 @@ def main() -> None:
             targets[f"{name}_10000_verify_both_s"] = rows.get(10_000, {}).get("verify_both_s")
             targets[f"{name}_worst_growth"] = max(r["growth_per_report_vs_smallest"] for r in rows.values())
             targets[f"{name}_worst_cpu_growth"] = max(r["cpu_growth_per_report_vs_smallest"] for r in rows.values())
+    if "parties" in parts:
+        alone = verification_alone(args.parties_n, 3)
+        rows = [parties(args.parties_n, w) for w in (1, 2)]
+        print_parties(rows, alone)
+        result["parties"] = {"verification_alone": alone, "by_workers": rows}
+        targets["binary_report_bytes"] = rows[0]["binary_report_bytes"]
+        targets["leader_cpu_us_per_report"] = rows[0]["leader_cpu_us_per_report"]
+        targets["helper_cpu_us_per_report"] = rows[0]["helper_cpu_us_per_report"]
+        targets["leader_verify_alone_us"] = alone["leader_verify_us"]
+        targets["helper_verify_alone_us"] = alone["helper_verify_us"]
+        answer = "helper answer (open, verify_init, decide, answer)"
+        close = "leader close (shuffle, verify_init, batch, journal)"
+        targets["helper_answer_wall_1_over_2_workers"] = (rows[0]["steps"][answer]["wall_s"]
+                                                          / rows[1]["steps"][answer]["wall_s"])
+        targets["leader_close_wall_1_over_2_workers"] = (rows[0]["steps"][close]["wall_s"]
+                                                         / rows[1]["steps"][close]["wall_s"])
     if "field" in parts:
         ops = field_ops(10_000, 20)
         print(f"\n{'Field128, 10,000 elements':<28}{'limbs us':>10}{'Python ints us':>16}{'speed-up':>10}")

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import json
 
+from collections.abc import Callable, Sequence
+
 from rase_common.protocol.topics import feedback_topic, parse_report_topic
-from rase_device import prio3_binary
 
 MAX_KEPT = 256      # timestamps per receipt: a backlog's receipts stay small messages
 
@@ -44,9 +45,12 @@ def encode_receipt(kept: list[int], late: int) -> str:
 
 
 class Receipts:
-    def __init__(self, devices: dict[str, str], *, every_s: float = 0.25):
+    def __init__(self, devices: dict[str, str], *, every_s: float = 0.25,
+                 t_readers: Sequence[Callable[[bytes], int | None]] = ()):
         self.devices = devices          # device -> its region: receipts only ever go to registered devices
         self.every_s = every_s
+        # The report roles' readers of a report's t in an encoding of theirs that is not JSON (issue 30).
+        self.t_readers = list(t_readers)
         self._kept: dict[tuple[str, str], list[tuple[int, bool]]] = {}   # (region, device) -> (t, late)
         self.sent = 0                   # receipt messages handed to the broker
         self.late_told = 0              # late reports the devices were told of
@@ -67,9 +71,8 @@ class Receipts:
         where = parse_report_topic(topic)
         if where is None or self.devices.get(where[1]) != where[0]:
             return
-        if payload[:2] == prio3_binary.MAGIC:          # a binary Prio3 report: t in its header (issue 30)
-            t = prio3_binary.report_t(payload)
-        else:
+        t = next((x for x in (read(payload) for read in self.t_readers) if x is not None), None)
+        if t is None:
             try:
                 t = json.loads(payload).get("t")
             except (ValueError, AttributeError, UnicodeDecodeError):

@@ -30,6 +30,11 @@ class ReportRole(Role):
         """What the fog's own protocol parameters (fog_shuffler.protocol.Protocol) take from the role's config."""
         return {}
 
+    def report_t(self, payload: bytes) -> int | None:
+        """The t of one of its reports in an encoding of its own that is not JSON (None: not one; the host reads
+        a JSON report's t itself): what the receipts say the fog has."""
+        return None
+
     def report_filters(self) -> list[tuple[str, int]] | None:
         """The report topics this fog subscribes to instead of its regions' wildcards (None: the wildcards):
         a worker that takes only its part of a region's devices (issue 30) subscribes to theirs."""

@@ -95,7 +95,7 @@ class FogRoles:
         self.feedback = RejectionFeedback(set(cfg.regions))   # tells a device why its reports are rejected
         # End-to-end receipts (fog_shuffler.receipts): what each committed batch took, per device.
         self.receipts = Receipts({d: r for r, rc in cfg.regions.items() for d in rc.all_devices()},
-                                 every_s=cfg.receipt_every_s)
+                                 every_s=cfg.receipt_every_s, t_readers=[r.report_t for r in self.reports])
         self.receipts_due = Wakeup()
         self.quarantine: Quarantine | None = None
         self.reports_taken = 0

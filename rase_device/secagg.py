@@ -151,9 +151,9 @@ class Prio3Client:
         # that makes the same bytes (rase_common.vdaf.fast_client).
         self.make_report = make_report
         self.control_key = None   # what it was built from (AgentCore keeps it while that does not change)
-        # "binary" (rase_device.prio3_binary: 487 bytes for Sum(4000), read by the fog without JSON) or
-        # "json" (encode_report: readable, for debugging); the fog reads both.
-        self.encoding = "binary"
+        # False: the binary encoding (rase_device.prio3_binary: 487 bytes for Sum(4000), read by the fog
+        # without JSON); True: the JSON one (encode_report: readable, for debugging). The fog reads both.
+        self.as_json = False
 
     def _measurer(self, calibration, on_above, bands):
         if self.kind == "sum":
@@ -197,11 +197,11 @@ class Prio3Client:
 
     def report(self, t, measurement, eps, seq):
         """The payload of one report of product timestamp t: binary bytes, or
-        JSON text with encoding "json" (eps is in the JSON only: the params id
+        JSON text with as_json (eps is in the JSON only: the params id
         commits to it)."""
         ctx = report_ctx(self.region, t, self.params_id)
         report = self.make_report(self.vdaf, ctx, measurement, self.helper_public_key, self.read)
-        if self.encoding == "json":
+        if self.as_json:
             return encode_report(t, eps, seq, report, self.params_id)
         from rase_device.prio3_binary import encode
         return encode(t, seq, self.params_id, report)

@@ -24,6 +24,7 @@ from fog_shuffler.protocol import Protocol
 from fog_shuffler.reports import ReportRole
 from fog_shuffler.windows import ClosedWindow, Outcome
 from rase_common.protocol import topics
+from rase_device import prio3_binary
 
 # Rejections under the current parameters that the previous ones may still accept (just after a change).
 RETRY_UNDER_PREVIOUS = ("eps_not_on_menu", "impossible_y", "malformed_share")
@@ -72,6 +73,10 @@ class LeaderRole(ReportRole):
         ctx = self.ctx
         await self.leader.connect(stack, ctx.cfg.sink, ctx.cfg.kafka, link=ctx.link, sink=ctx.sink,
                                   replies_from_kafka=ctx.source is None)
+
+    def report_t(self, payload: bytes) -> int | None:
+        """A binary Prio3 report's t, from its header (issue 30)."""
+        return prio3_binary.report_t(payload)
 
     def report_filters(self) -> list[tuple[str, int]] | None:
         """As one of several leader workers (issue 30), the topics of its own devices: its part of each region."""

@@ -113,3 +113,16 @@ def test_the_journal_keeps_a_window_unconfirmed_until_the_receipt(tmp_path):
     assert j.unconfirmed() == [("r1", 3, 0)]
     j.prune(10)
     assert j.unconfirmed() == [] and j.unsent() == []
+
+
+def test_a_report_in_a_roles_own_encoding_is_receipted_by_its_t():
+    """Issue 30: a binary Prio3 report has no JSON to read t from; the report
+    role that reads it gives its t (the Prio3 leader role: from the header)."""
+    from rase_device import prio3_binary
+
+    r = Receipts({"d1": "r1"}, t_readers=[lambda payload: None, prio3_binary.report_t])
+    report = (bytes(16), b"", bytes(352), bytes(80))
+    r.note_payload(TOPIC, prio3_binary.encode(41, 3, "ab" * 16, report))
+    r.note_payload(TOPIC, b'{"v":1,"t":42}')                  # JSON still read by the host
+    r.note_payload(TOPIC, b"R3\x01\x00")                      # a truncated header: no t, nothing to receipt
+    assert dict(r.take()) == {"rase/v1/feedback/r1/d1": '{"v":1,"kept":[41,42],"late":0}'}

@@ -66,7 +66,7 @@ def test_the_binary_and_the_json_report_say_the_same(kind):
     assert read_binary_report(data, p.report_sizes()) == read_binary_report(data) == prio3_binary.decode(data)[1:]
 
 
-def test_the_device_client_writes_binary_unless_told_json():
+def test_the_device_client_writes_binary_unless_told_as_json():
     p = PARAMS["sum"]
     client = Prio3Client(p.wire(), Calibration(x_max=4000.0), PK, "r1")
     client.make_report = fast_make_report
@@ -74,7 +74,7 @@ def test_the_device_client_writes_binary_unless_told_json():
     assert isinstance(data, bytes) and prio3_binary.is_binary(data) and prio3_binary.report_t(data) == 12
     t, seq, pid, *_ = read_binary_report(data, p.report_sizes())
     assert (t, seq, pid) == (12, 7, p.params_id)
-    client.encoding = "json"
+    client.as_json = True
     assert json.loads(client.report(12, 321, 1.0, 8))["seq"] == 8
 
 
