@@ -533,7 +533,8 @@ def verification_alone(n: int, repeat: int) -> dict:
 
 def print_parties(rows: list[dict], alone: dict) -> None:
     first = rows[0]
-    print(f"\nreport size, Prio3Sum(4000): binary {first['binary_report_bytes']} B, JSON {first['json_report_bytes']} B")
+    print(f"\nreport size, Prio3Sum(4000): binary {first['binary_report_bytes']} B, "
+          f"JSON {first['json_report_bytes']} B")
     print(f"verification alone, {alone['reports']:,} reports, CPU us per report (libprio-rs prepare_init: "
           f"{LIBPRIO_RS['prepare_init_us']} us): leader {alone['leader_verify_us']:.1f} "
           f"({alone['vs_libprio_rs_prepare_init']['leader_verify_us']:.2f}x), helper {alone['helper_verify_us']:.1f} "

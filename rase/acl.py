@@ -97,7 +97,8 @@ def build_acl(fogs: Iterable[FogUsers], *, fusion: str = "fusion-fusion1",
         # The fog follows the retained control message (the protocol parameters), so it reads it too.
         lines += [f"user {fog.user}"]
         if fog.parts > 1:       # a leader worker: its own devices' reports only (issue 30)
-            lines += [f"topic read rase/v1/reports/{r}/{d}" for r in sorted(fog.regions) for d in sorted(fog.regions[r])]
+            lines += [f"topic read rase/v1/reports/{r}/{d}" for r in sorted(fog.regions)
+                      for d in sorted(fog.regions[r])]
         else:
             lines += [f"topic read rase/v1/reports/{r}/+" for r in sorted(fog.regions)]
         lines += [f"topic read {CONTROL}"]
@@ -110,7 +111,8 @@ def build_acl(fogs: Iterable[FogUsers], *, fusion: str = "fusion-fusion1",
         lines += [f"topic read {AGGREGATES_T_FILTER}"]
         # Why the fog rejects a device's reports, on that device's own topic (fog_shuffler.feedback).
         if fog.parts > 1:
-            lines += [f"topic write rase/v1/feedback/{r}/{d}" for r in sorted(fog.regions) for d in sorted(fog.regions[r])]
+            lines += [f"topic write rase/v1/feedback/{r}/{d}" for r in sorted(fog.regions)
+                      for d in sorted(fog.regions[r])]
         else:
             lines += [f"topic write rase/v1/feedback/{r}/+" for r in sorted(fog.regions)]
         # Which of its windows the fusion center stored (fog_shuffler.window_receipts).

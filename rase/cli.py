@@ -766,7 +766,8 @@ def cmd_acl(args: argparse.Namespace) -> int:
         cfg = FogConfig.load(path)
         table = getattr(cfg, "prio3", None)          # a Prio3 leader worker (issue 30): its part of the regions
         fogs.append(FogUsers(cfg.name, {r: sorted(rc.all_devices()) for r, rc in cfg.regions.items()},
-                             part=table.part if table is not None else 0, parts=table.parts if table is not None else 1))
+                             part=table.part if table is not None else 0,
+                             parts=table.parts if table is not None else 1))
     fusion = FusionConfig.load(args.fusion_config)
     try:
         acl = build_acl(fogs, fusion=f"fusion-{fusion.name}", subscribers=args.subscriber or ["dashboard"],

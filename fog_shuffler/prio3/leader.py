@@ -188,7 +188,10 @@ class Prio3Leader:
     def open(self, db) -> None:  # noqa: ANN001 - the fog journal's connection
         self.verify_key = read_key(self.cfg.verify_key_file, "fog [prio3] verify_key_file")
         self.pool = VerifyPool(self.cfg.verify_workers, self.cfg.workers_min_reports)
-        key = read_key(self.cfg.parts_key_file, "fog [prio3] parts_key_file") if self.cfg.parts > 1 else b""
+        key = b""
+        if self.cfg.parts > 1:
+            assert self.cfg.parts_key_file is not None     # the config's validation requires it
+            key = read_key(self.cfg.parts_key_file, "fog [prio3] parts_key_file")
         self.part = PartOf(self.cfg.part, self.cfg.parts, key)
         self.journal = LeaderJournal(db)
         self.nonces = self.journal.nonces()

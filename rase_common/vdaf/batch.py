@@ -273,11 +273,11 @@ def verify_init_columns(vdaf: p3.Prio3, verify_key: bytes, ctx: bytes, agg_id: i
     shares_out[live, :vlen] = vs
     if vdaf.uses_joint_rand:
         shares_out[live, vlen:] = np.frombuffer(b"".join(own_parts), dtype=np.uint8).reshape(n, SEED)
-    for k in np.flatnonzero(~ok | bad):
-        reasons[int(live[k])] = Rejection.MALFORMED if not ok[k] else Rejection.QUERY_FAILED
+    for j in np.flatnonzero(~ok | bad).tolist():
+        reasons[int(live[j])] = Rejection.MALFORMED if not ok[j] else Rejection.QUERY_FAILED
     if vdaf.uses_joint_rand:
-        for k, i in enumerate(live):
-            seeds_all[int(i)] = corrected[k]
+        for j, row in enumerate(live.tolist()):
+            seeds_all[row] = corrected[j]
     live_mask[live] = ok & ~bad
     shares_out[~live_mask] = 0
     return VerifyState(vdaf, agg_id, out_shares, seeds_all, reasons), shares_out, live_mask
@@ -336,13 +336,13 @@ def verifier_messages_columns(vdaf: p3.Prio3, ctx: bytes, shares: Sequence[np.nd
     if vdaf.uses_joint_rand:
         binders = _rows_bytes(np.hstack([s[idx, vlen:] for s in shares]))
         seeds = xof.derive_seeds([bytes(SEED)] * n, vdaf.dst(p3.USAGE_JOINT_RAND_SEED, ctx), binders)
-    for k in np.flatnonzero(~(ok & valid)):
-        reasons[int(idx[k])] = Rejection.PEER_MALFORMED if not ok[k] else Rejection.PROOF_INVALID
+    for j in np.flatnonzero(~(ok & valid)).tolist():
+        reasons[int(idx[j])] = Rejection.PEER_MALFORMED if not ok[j] else Rejection.PROOF_INVALID
     good = ok & valid
     valid_out[idx[good]] = True
     if seeds_out is not None:
-        for k in np.flatnonzero(good):
-            seeds_out[int(idx[k])] = seeds[k]
+        for j in np.flatnonzero(good).tolist():
+            seeds_out[int(idx[j])] = seeds[j]
     return valid_out, seeds_out, reasons
 
 
@@ -373,11 +373,11 @@ def verifier_shares_to_message(vdaf: p3.Prio3, ctx: bytes, verifier_shares: Sequ
         lives.append(live)
     everyone = np.logical_and.reduce(lives)
     valid, seeds, reasons = verifier_messages_columns(vdaf, ctx, mats, [x & ~malformed for x in lives])
-    for i in np.flatnonzero(malformed & everyone):
-        reasons[int(i)] = Rejection.PEER_MALFORMED
+    for row in np.flatnonzero(malformed & everyone).tolist():
+        reasons[row] = Rejection.PEER_MALFORMED
     messages: list[bytes | None] = [None] * n_all
-    for i in np.flatnonzero(valid):
-        messages[int(i)] = seeds[int(i)] if seeds is not None else b""
+    for row in np.flatnonzero(valid).tolist():
+        messages[row] = seeds[row] if seeds is not None else b""
     return messages, reasons
 
 

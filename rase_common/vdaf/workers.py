@@ -79,8 +79,8 @@ def helper_chunk(params: Any, private_key: bytes, verify_key: bytes, ctx: bytes,
     vdaf = _vdaf(params)
     shares, present = open_columns(private_key, ctx, nonces, public_shares, sealed, vdaf.input_share_size(1))
     reasons = _reasons(codes)
-    for i in np.flatnonzero(~present):
-        reasons[int(i)] = Rejection.DECRYPT_FAILED        # the first check, as in batch.verify_init
+    for row in np.flatnonzero(~present).tolist():
+        reasons[row] = Rejection.DECRYPT_FAILED        # the first check, as in batch.verify_init
     state, vs, live = batch.verify_init_columns(vdaf, verify_key, ctx, 1, nonces, public_shares, shares, reasons)
     valid, seeds, msg_reasons = batch.verifier_messages_columns(vdaf, ctx, [leader_shares, vs],
                                                                 [np.asarray(leader_live, dtype=bool), live])
