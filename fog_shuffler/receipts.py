@@ -71,14 +71,18 @@ class Receipts:
         where = parse_report_topic(topic)
         if where is None or self.devices.get(where[1]) != where[0]:
             return
-        t = next((x for x in (read(payload) for read in self.t_readers) if x is not None), None)
+        t = None
+        for read in self.t_readers:
+            t = read(payload)
+            if t is not None:
+                break
         if t is None:
             try:
                 t = json.loads(payload).get("t")
             except (ValueError, AttributeError, UnicodeDecodeError):
                 return
         if isinstance(t, int) and not isinstance(t, bool) and t >= 0:
-            self.note(topic, t, late=late)
+            self._kept.setdefault(where, []).append((t, late))
 
     def note_rejected(self, topic: str, payload: bytes) -> None:
         self.note_payload(topic, payload)

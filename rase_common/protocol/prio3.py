@@ -98,7 +98,14 @@ class Prio3Params(BaseModel):
     def params_id(self) -> str:
         """The digest of `text` in every report's context and "p" field: two
         params with the same id make and verify the same reports."""
-        return _params_id_of(self.text)
+        hit = _IDS.get(id(self))
+        if hit is not None and hit[0] is self:       # the fog checks every report against its own params
+            return hit[1]
+        pid = _params_id_of(self.text)
+        if len(_IDS) > 256:
+            _IDS.clear()
+        _IDS[id(self)] = (self, pid)
+        return pid
 
     def ctx(self, region: str, t: int) -> bytes:
         """The Prio3 context of a report of (region, t) under these params."""
@@ -117,6 +124,9 @@ class Prio3Params(BaseModel):
     def report_sizes(self) -> tuple[int, int, int, int]:
         """Bytes of (nonce, public share, leader share, sealed helper share)."""
         return _sizes_of(self.vdaf())
+
+
+_IDS: dict[int, tuple[Prio3Params, str]] = {}    # id(params) -> (params, its params id): by identity, no hashing
 
 
 @functools.lru_cache(maxsize=64)
@@ -464,6 +474,13 @@ def _binary_layout(sizes: tuple[int, int, int, int]) -> tuple[int, tuple[tuple[i
 _HEAD_V1 = prio3_binary.MAGIC + bytes((prio3_binary.VERSION,))
 
 
+def _lengths_are(payload: bytes, checks: tuple[tuple[int, bytes], ...]) -> bool:
+    for at, want in checks:
+        if payload[at:at + 2] != want:
+            return False
+    return True
+
+
 def read_binary_report(payload: bytes, sizes: tuple[int, int, int, int] | None = None
                        ) -> tuple[int, int, str, bytes, bytes, bytes, bytes]:
     """(t, seq, params id, nonce, public share, leader share, sealed helper
@@ -471,8 +488,10 @@ def read_binary_report(payload: bytes, sizes: tuple[int, int, int, int] | None =
     malformed_report or unknown_version. A report of the share sizes `sizes`
     (Prio3Params.report_sizes) takes a fast path (fixed offsets), any other
     the device's own decoder; share_size_error checks the sizes."""
-    if sizes is not None and len(payload) == _binary_layout(sizes)[0] and payload[:3] == _HEAD_V1 and all(
-            payload[at:at + 2] == want for at, want in _binary_layout(sizes)[1]):
+    layout = _binary_layout(sizes) if sizes is not None else None
+    if layout is not None and len(payload) == layout[0] and payload[:3] == _HEAD_V1 \
+            and _lengths_are(payload, layout[1]):
+        assert sizes is not None
         _, pub_n, leader_n, _ = sizes
         hi, lo, seq = _T_SEQ.unpack_from(payload, 3)
         at = prio3_binary.FIXED_SIZE                     # the public share's length field
