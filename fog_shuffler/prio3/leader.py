@@ -393,16 +393,20 @@ class Prio3Leader:
         devices = [] if under else cw.devices
         reports = records_matrix(params, self.journal.records_of(cw.region, cw.t, devices))
         n = reports.shape[0]
+        read = time.perf_counter()
         closed = await compute(close_batch, params, self.verify_key, cw.region, cw.t, reports, window_rng(),
                                ingest_rejected, self.pool, self.cfg.part, in_thread=n > LARGE)
         assert closed.records is not None
+        verified = time.perf_counter()
         self.journal.close(cw.region, cw.t, closed.records.tobytes(), params.model_dump_json(), closed.messages,
                            time.time(), ingest=ingest_reasons if ingest_reasons is not None else
                            ({"unknown": ingest_rejected} if ingest_rejected else {}), total=n)
         self.states[(cw.region, cw.t)] = closed.aggregator
         self.metrics.windows.labels("forwarded").inc()
-        log.info("fog prio3 (%s, %d): closed, %d reports, batch queued in %.3f s", cw.region, cw.t, n,
-                 time.perf_counter() - started)
+        done = time.perf_counter()
+        log.info("fog prio3 (%s, %d): closed, %d reports, batch queued in %.3f s (read %.3f, shuffle and "
+                 "verify_init %.3f, journal %.3f)", cw.region, cw.t, n, done - started, read - started,
+                 verified - read, done - verified)
         self.outbox_wakeup.set()
         return True
 
