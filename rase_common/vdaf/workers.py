@@ -1,5 +1,5 @@
 """Prio3 verification on every core (issue 30): a window's reports split into
-contiguous chunks, one per worker process, each chunk verified there with
+contiguous chunks, a few per worker process, each chunk verified there with
 the share bytes in arrays (rase_common.vdaf.batch's *_columns functions) and
 the results put back together in batch order.
 
@@ -148,11 +148,16 @@ class VerifyPool:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
 
+    CHUNKS_PER_WORKER = 4      # a worker that is slowed (a busy core) holds up a quarter of its share, not all
+    MIN_CHUNK = 500            # reports: smaller chunks pay numpy's and the pipe's per-call costs too often
+
     def chunks(self, n: int) -> list[slice]:
-        """Contiguous slices of the batch, one per worker (one slice: verified here)."""
+        """Contiguous slices of the batch, a few per worker, taken by whichever
+        worker is free (one slice: verified here)."""
         if self.workers <= 1 or n < self.small:
             return [slice(0, n)]
-        step = -(-n // self.workers)
+        count = max(self.workers, min(self.workers * self.CHUNKS_PER_WORKER, n // self.MIN_CHUNK))
+        step = -(-n // count)
         return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
     def _map(self, fn, calls: list[tuple]) -> list[dict]:  # noqa: ANN001
