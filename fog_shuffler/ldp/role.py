@@ -44,6 +44,8 @@ class LdpReports(ReportRole):
         rep: Accepted = ctx.gate.validate(msg.topic, msg.payload, now_t)
         ctx.screen.screen(rep)
         outcome = ctx.windows.add(rep, now_t)
+        if ctx.receipts is not None:      # the device hears of it once the batch is committed
+            ctx.receipts.stage(rep.region, rep.device, rep.t, outcome is Outcome.LATE)
         if outcome is Outcome.ACCEPTED:
             self._rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0, rep.mechanism))
             ctx.screen.observe(rep)

@@ -111,6 +111,8 @@ class LeaderRole(ReportRole):
         rep = ctx.gate.validate_with(msg.topic, msg.payload, now_t, self._check, RETRY_UNDER_PREVIOUS)
         ctx.screen.screen(rep)
         outcome = ctx.windows.add(rep, now_t)
+        if ctx.receipts is not None:      # the device hears of it once the batch is committed
+            ctx.receipts.stage(rep.region, rep.device, rep.t, outcome is Outcome.LATE)
         if outcome is Outcome.ACCEPTED:
             assert isinstance(rep, Prio3Accepted)
             self.leader.accepted(rep)
