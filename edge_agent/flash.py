@@ -31,10 +31,10 @@ BOARD_PACKAGE = "rase_device"
 _RANDOMIZER_MODULES = tuple(dict.fromkeys(row[1] + ".py" for row in RANDOMIZERS))
 DEVICE_CORE = (("__init__.py", "entropy.py", "dlaplace.py", "ldp_rational.py", "report_kind.py")
                + _RANDOMIZER_MODULES
-               + ("mechanisms.py", "ledger.py", "wire.py", "policy.py", "outbox.py", "schedule.py", "core.py",
-                  "dns.py", "board_net.py", "umqtt_transport.py", "board.py", "vdaf_field.py", "turboshake.py",
-                  "flp.py", "prio3.py", "x25519.py", "chacha20poly1305.py", "hpke.py", "prio3_report.py",
-                  "secagg.py"))
+               + ("mechanisms.py", "interval.py", "ledger.py", "wire.py", "policy.py", "outbox.py", "schedule.py",
+                  "core.py", "dns.py", "board_net.py", "umqtt_transport.py", "board.py", "vdaf_field.py",
+                  "turboshake.py", "flp.py", "prio3.py", "x25519.py", "chacha20poly1305.py", "hpke.py",
+                  "prio3_report.py", "secagg.py"))
 
 MPREMOTE = [sys.executable, "-m", "mpremote"]
 # Run on the board: says whether umqtt.simple is importable (frozen or

@@ -42,6 +42,7 @@ class Protocol:
     previous_period_s: float | None = None   # the previous one before
     previous_epoch0: float | None = None
     prio3: Prio3Params | None = None       # secure aggregation: the Prio3 kind, product, dp_eps, key id
+    interval_s: float | None = None        # an interval product: one report (and window) per interval (issue 28)
 
     @classmethod
     def from_control(cls, msg: dict, current: "Protocol") -> "Protocol":
@@ -55,7 +56,8 @@ class Protocol:
                    on_above=float(msg.get("on_above", DEFAULT_ON_ABOVE)),
                    bands=tuple(msg.get("bands", DEFAULT_BANDS)), since_t=msg.get("since_t"),
                    previous_period_s=msg.get("previous_period_s"), previous_epoch0=msg.get("previous_epoch0"),
-                   prio3=Prio3Params(**msg["prio3"]) if "prio3" in msg else None)
+                   prio3=Prio3Params(**msg["prio3"]) if "prio3" in msg else None,
+                   interval_s=msg.get("interval_s"))
 
     def differences(self, other: "Protocol") -> dict[str, tuple]:
         """field -> (self's value, other's value) where they differ."""
@@ -64,14 +66,16 @@ class Protocol:
 
     @property
     def window_period_s(self) -> float:
-        """What one window covers: the period, or a prio3 product's hour or day."""
-        return self.prio3.window_period_s(self.period_s) if self.prio3 is not None else self.period_s
+        """What one window covers: the period, an interval product's interval, or a prio3 product's hour or day."""
+        if self.prio3 is not None:
+            return self.prio3.window_period_s(self.period_s)
+        return self.interval_s or self.period_s
 
     @property
     def schedule(self) -> Schedule:
-        """The windows' schedule. A prio3 hourly or daily product's windows are
-        its hours or days, on epoch0's grid (a schedule change applies to the
-        reporting period only)."""
+        """The windows' schedule. An interval product's windows (and a prio3
+        hourly or daily product's) are its intervals, on epoch0's grid (a
+        schedule change applies to the reporting period only)."""
         if self.window_period_s != self.period_s:
             return Schedule(self.window_period_s, self.epoch0)
         return from_control({"period_s": self.period_s, "epoch0": self.epoch0, "since_t": self.since_t,
@@ -85,7 +89,8 @@ PROTOCOL_FIELDS = tuple(f.name for f in fields(Protocol))
 # Secure aggregation (issue 26): what a Prio3 leader takes from its own config only. A control
 # message that says otherwise is refused whole (control_params_mismatch) and the fog keeps its own:
 # the fusion center publishes it, and in this mode the fog trusts only itself.
-LEADER_OWN_FIELDS = ("mechanism", "period_s", "epoch0", "since_t", "previous_period_s", "previous_epoch0", "prio3")
+LEADER_OWN_FIELDS = ("mechanism", "period_s", "epoch0", "since_t", "previous_period_s", "previous_epoch0", "prio3",
+                     "interval_s")
 
 
 class ProtocolFollower:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from rase_device import wire
+from rase_common.privacy import UnitPrivacy, with_eps_from_day
 from rase_common.protocol.control import ControlMessage
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
@@ -83,8 +84,16 @@ class _FusionConfig(TomlSettings):
     home_assistant_discovery: bool = True       # a retained device config on <discovery_prefix>/device/...
     discovery_prefix: str = "homeassistant"
     kafka: KafkaConfig = KafkaConfig()
+    # The privacy unit and its daily budget (issue 28): with eps_day, [precision] eps_levels (and
+    # prio3.dp_eps) are computed from it over the day's releases; without it, event-level (labelled).
+    privacy: UnitPrivacy = UnitPrivacy()
     # Each role's own table (the secure mode's helper: [prio3]) is a field too, added from the
     # registry's roles below (rase_common.settings.with_role_tables).
+
+    @model_validator(mode="before")
+    @classmethod
+    def _eps_from_day(cls, data: Any) -> Any:
+        return with_eps_from_day(data, "precision", "eps_levels", ("prio3",)) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _roles(self) -> "_FusionConfig":

@@ -283,9 +283,9 @@ def _query_schedule(store, cfg_path: Path | None):  # noqa: ANN001, ANN202
     except StorageError:
         stored = None        # a store written before the control table existed
     if stored is not None:
-        return ControlMessage.model_validate_json(stored).schedule()
+        return ControlMessage.model_validate_json(stored).window_schedule()
     if cfg_path is not None:
-        return FusionConfig.load(cfg_path).precision.schedule()
+        return FusionConfig.load(cfg_path).precision.window_schedule()
     return None
 
 

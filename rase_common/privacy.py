@@ -63,3 +63,129 @@ def privacy_over_time(eps_per_report: float, period_s: float, hours: float,
     return PrivacyOverTime(eps_per_report, period_s, hours, reports, eps_per_report * 3600 / period_s,
                            eps_per_report * reports, advanced_composition(eps_per_report, reports, delta_slack),
                            delta_slack)
+
+
+# -- the privacy unit and its day (issue 28; docs/privacy.md) ----------------------------------------
+
+from typing import Literal  # noqa: E402 - the unit's config lives beside the arithmetic above
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator  # noqa: E402
+
+from rase_device.interval import eps_per_release  # noqa: E402
+
+
+class UnitPrivacy(BaseModel):
+    """The privacy unit a fog or a fusion center states and enforces (its
+    own `[privacy]` table): `device`, or `household`, a named group of
+    devices (a REFIT house's appliances, or one whole-house meter), whose
+    devices together may spend `eps_day` per UTC day. `devices_per_unit` is
+    how many of a unit's devices report in one release (9 for a REFIT
+    house's appliances, 1 for a meter): a release costs the unit their eps
+    together. Without eps_day the deployment is event-level: each report is
+    eps-DP on its own and no daily guarantee is stated (an explicit choice,
+    labelled so in every aggregate)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    unit: Literal["device", "household"] = "device"
+    eps_day: float | None = Field(None, gt=0, le=1000)
+    devices_per_unit: int = Field(1, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _one_device(self) -> "UnitPrivacy":
+        if self.unit == "device" and self.devices_per_unit != 1:
+            raise ValueError("privacy.devices_per_unit is for unit = \"household\" (a device is its own unit)")
+        return self
+
+    @property
+    def event_level(self) -> bool:
+        return self.eps_day is None
+
+    def eps_per_report(self, releases_per_day: float) -> float:
+        """Each device's eps per report so that the unit's releases of a day
+        stay within eps_day (rase_device.interval.eps_per_release)."""
+        assert self.eps_day is not None
+        return eps_per_release(self.eps_day, int(round(releases_per_day)), self.devices_per_unit)
+
+
+@dataclass(frozen=True)
+class UnitGuarantee:
+    """What one release and one day cost a privacy unit."""
+    unit: str
+    devices_per_unit: int
+    eps_per_release: float         # the unit's: its devices' eps per report added up
+    releases_per_day: float
+    eps_per_unit_day: float        # basic composition over the day's releases
+    eps_day_budget: float | None   # the configured daily budget (None: event-level)
+
+    @property
+    def event_level(self) -> bool:
+        return self.eps_day_budget is None
+
+    def statement(self) -> str:
+        who = "household" if self.unit == "household" else "device"
+        per = (f" ({self.devices_per_unit} devices, each eps {self.eps_per_release / self.devices_per_unit:.6g} "
+               "per report)" if self.devices_per_unit > 1 else "")
+        day = (f"eps {self.eps_per_release:.6g} per {who} per release{per}, {self.releases_per_day:,.6g} releases "
+               f"a day: eps {self.eps_per_unit_day:,.6g} per {who} per UTC day")
+        if self.event_level:
+            void = " (void in practice: eps > 10)" if self.eps_per_unit_day > 10 else ""
+            return f"event-level: {day}{void}; no daily budget is enforced"
+        return f"{day}, within the enforced budget of eps {self.eps_day_budget:g} per {who}-day"
+
+
+def unit_guarantee(privacy: UnitPrivacy, eps_per_report: float, releases_per_day: float) -> UnitGuarantee:
+    """The unit's guarantee when each of its devices spends eps_per_report per release."""
+    per_release = eps_per_report * privacy.devices_per_unit
+    return UnitGuarantee(privacy.unit, privacy.devices_per_unit, per_release, releases_per_day,
+                         per_release * releases_per_day, privacy.eps_day)
+
+
+def window_seconds(period_s: float, interval_s: float | None, prio3: dict | None) -> float:
+    """What one release covers, from a config's own period, interval_s and prio3 params (a dict)."""
+    if prio3:
+        from rase_device.secagg import product_period_s
+
+        return float(product_period_s(prio3.get("product", "per-t"), period_s, prio3.get("interval_s")))
+    return float(interval_s or period_s)
+
+
+def with_eps_from_day(data: dict, where: str, eps_key: str, prio3_path: tuple[str, ...]) -> dict:
+    """A config's raw data (a fog's or a fusion center's, before validation)
+    with its eps per report set from its own [privacy] eps_day: each party
+    computes the same eps per release from its own config (issue 28):
+    eps_day / (releases a day x devices per unit), rounded down to the
+    ledger's unit. `where` is the table holding period_s, interval_s and
+    `eps_key` (the eps menu); prio3_path leads from it to the prio3 params.
+    A config that also states another eps is refused: one budget, one place."""
+    privacy = data.get("privacy")
+    if privacy is None:
+        return data
+    unit = privacy if isinstance(privacy, UnitPrivacy) else UnitPrivacy.model_validate(privacy)
+    if unit.eps_day is None:
+        return data
+    table = data.get(where, {}) if where else data
+    table = table.model_dump() if isinstance(table, BaseModel) else dict(table)
+    prio3: dict | None = table
+    for key in prio3_path:
+        prio3 = (prio3 or {}).get(key)
+        if isinstance(prio3, BaseModel):
+            prio3 = prio3.model_dump()
+    prio3 = dict(prio3) if prio3 else None
+    window = window_seconds(float(table.get("period_s", 8.0)), table.get("interval_s"), prio3)
+    eps = unit.eps_per_report(86400.0 / window)
+    stated = table.get(eps_key)
+    if stated is not None and list(stated) != [eps]:
+        raise ValueError(f"privacy.eps_day {unit.eps_day:g} sets {eps_key} to [{eps:.10g}] "
+                         f"(eps_day / {86400.0 / window:g} releases / {unit.devices_per_unit} devices per unit): "
+                         f"leave {eps_key} out, got {stated}")
+    table[eps_key] = [eps]
+    if prio3 is not None:
+        if prio3.get("dp_eps") not in (None, eps):
+            raise ValueError(f"privacy.eps_day {unit.eps_day:g} sets prio3 dp_eps to {eps:.10g}: leave dp_eps out, "
+                             f"got {prio3['dp_eps']}")
+        prio3["dp_eps"] = eps
+        node = table
+        for key in prio3_path[:-1]:
+            node[key] = dict(node[key].model_dump() if isinstance(node[key], BaseModel) else node[key])
+            node = node[key]
+        node[prio3_path[-1]] = prio3
+    return {**data, where: table} if where else table

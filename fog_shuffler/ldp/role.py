@@ -43,8 +43,10 @@ class LdpReports(ReportRole):
         ctx = self.ctx
         rep: Accepted = ctx.gate.validate(msg.topic, msg.payload, now_t)
         ctx.screen.screen(rep)
+        ctx.budget.check(rep)
         outcome = ctx.windows.add(rep, now_t)
         if outcome is Outcome.ACCEPTED:
+            ctx.budget.charge(rep)
             self._rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0, rep.mechanism))
             ctx.screen.observe(rep)
             if ctx.windows.complete(rep.region, rep.t):

@@ -57,12 +57,17 @@ class LeaderRole(ReportRole):
         if cfg.device_mechanism == PRIO3 and table is not None and cfg.eps_levels != [table.params.dp_eps]:
             raise ValueError(f"device_mechanism = \"prio3\": eps_levels must be [prio3.params.dp_eps] = "
                              f"[{table.params.dp_eps}], got {cfg.eps_levels}")
+        if table is not None and cfg.interval_s is not None and cfg.interval_s != table.params.interval_s:
+            raise ValueError(f"interval_s {cfg.interval_s} differs from [prio3.params] interval_s "
+                             f"{table.params.interval_s} (the leader's product is its params')")
 
     @classmethod
     def own_params(cls, cfg: Any) -> dict:
         """What the fog's own protocol parameters get from the role's table."""
         table = getattr(cfg, cls.config_key or "", None)
-        return {"prio3": table.params if table is not None else None}
+        if table is None:
+            return {"prio3": None}
+        return {"prio3": table.params, "interval_s": table.params.interval_s}
 
     # -- start -------------------------------------------------------------------------------
     def attach(self, db: Any) -> None:
@@ -98,8 +103,10 @@ class LeaderRole(ReportRole):
         ctx = self.ctx
         rep = ctx.gate.validate_with(msg.topic, msg.payload, now_t, self._check, RETRY_UNDER_PREVIOUS)
         ctx.screen.screen(rep)
+        ctx.budget.check(rep)
         outcome = ctx.windows.add(rep, now_t)
         if outcome is Outcome.ACCEPTED:
+            ctx.budget.charge(rep)
             assert isinstance(rep, Prio3Accepted)
             self.leader.accepted(rep)
             if ctx.windows.complete(rep.region, rep.t):
