@@ -20,21 +20,27 @@ from pathlib import Path
 import rase_device
 from edge_agent import board_deps
 from edge_agent.config import AgentConfig
-from rase_device.mechanisms import RANDOMIZERS
 
 # The device core's own package (layer 0), beside this CPython one.
 PACKAGE_DIR = Path(rase_device.__file__).resolve().parent
 BOARD_PACKAGE = "rase_device"
-# The device core, in dependency order; the mechanisms' randomizer modules come
-# from the mechanism table (rase_device.mechanisms.RANDOMIZERS), so a new
-# mechanism is not listed here. manifest.py lists the same files (a test checks).
-_RANDOMIZER_MODULES = tuple(dict.fromkeys(row[1] + ".py" for row in RANDOMIZERS))
-DEVICE_CORE = (("__init__.py", "entropy.py", "dlaplace.py", "ldp_rational.py", "report_kind.py")
-               + _RANDOMIZER_MODULES
-               + ("mechanisms.py", "interval.py", "ledger.py", "wire.py", "policy.py", "outbox.py", "schedule.py",
-                  "core.py", "dns.py", "board_net.py", "umqtt_transport.py", "board.py", "vdaf_field.py",
-                  "turboshake.py", "flp.py", "prio3.py", "x25519.py", "chacha20poly1305.py", "hpke.py",
-                  "prio3_report.py", "secagg.py"))
+
+
+def _manifest_files() -> tuple[str, ...]:
+    """The device core's files as rase_device/manifest.py lists them (the one list: MicroPython's
+    freeze build reads the same file), in its order."""
+    import ast
+
+    tree = ast.parse((PACKAGE_DIR / "manifest.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "package":
+            for kw in node.keywords:
+                if kw.arg == "files":
+                    return tuple(ast.literal_eval(kw.value))
+    raise RuntimeError("rase_device/manifest.py lists no package files")
+
+
+DEVICE_CORE = _manifest_files()
 
 MPREMOTE = [sys.executable, "-m", "mpremote"]
 # Run on the board: says whether umqtt.simple is importable (frozen or

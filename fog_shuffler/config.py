@@ -17,12 +17,16 @@ from fog_shuffler.shuffle.relationship import RelationshipGraph
 from fog_shuffler.shuffle.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
-from rase_common.privacy import UnitPrivacy, with_eps_from_day
+from rase_common.privacy import UnitPrivacy, eps_from_day, stated_or
 from rase_common.protocol.control import ControlPolicy
 from rase_common.role import role_classes
 from rase_common.settings import TomlSettings, with_role_tables
 
 REFIT_APPLIANCES = 9
+
+
+def _raw(table: object) -> dict:
+    return table.model_dump(exclude_unset=True) if isinstance(table, BaseModel) else dict(table)  # type: ignore[call-overload]
 
 
 class RegionConfig(BaseModel):
@@ -211,7 +215,24 @@ class _FogConfig(TomlSettings):
     @model_validator(mode="before")
     @classmethod
     def _eps_from_day(cls, data: Any) -> Any:
-        return with_eps_from_day(data, "", "eps_levels", ("prio3", "params")) if isinstance(data, dict) else data
+        """eps_levels (and each role's own eps) from [privacy] eps_day over the day's releases: the
+        interval's, or what a role's own table says one release covers (its product)."""
+        if not isinstance(data, dict) or data.get("privacy") is None:
+            return data
+        period = float(data.get("period_s", 8.0))
+        window = float(data.get("interval_s") or period)
+        tables = {role.config_key: role for role in role_classes("fog") if role.config_key and
+                  data.get(role.config_key) is not None}
+        raw = {key: _raw(data[key]) for key in tables}
+        for key, role in tables.items():
+            window = role.own_window_s(raw[key], period) or window
+        eps = eps_from_day(data.get("privacy"), window)
+        if eps is None:
+            return data
+        out = {**data, "eps_levels": [stated_or("eps_levels", data.get("eps_levels"), eps)]}
+        for key, role in tables.items():
+            out[key] = role.with_eps_per_report(raw[key], eps)
+        return out
 
     @field_validator("regions")
     @classmethod

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Any
 
 from rase_device import wire
 from rase_device.mechanisms import DEFAULT_MECHANISM
@@ -21,8 +22,8 @@ from rase_device.schedule import Schedule, check_stated, from_control
 from fog_shuffler.ingest import Accepted, IngestRules, Rejected, validate
 from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE
 from rase_common.errors import ProtocolError
+from rase_common.mechanisms import mechanism
 from rase_device.policy import LocalPolicy
-from rase_common.protocol.prio3 import Prio3Params
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,9 @@ class Protocol:
     since_t: int | None = None             # a schedule change (rase_device.schedule): this one from since_t on,
     previous_period_s: float | None = None   # the previous one before
     previous_epoch0: float | None = None
-    prio3: Prio3Params | None = None       # secure aggregation: the Prio3 kind, product, dp_eps, key id
+    # The mechanism's own table of the control message (the secure mode's Prio3 params: kind, product,
+    # dp_eps, key id), parsed by its registry entry (rase_common.mechanisms: params_of).
+    mode_params: Any = None
     interval_s: float | None = None        # an interval product: one report (and window) per interval (issue 28)
 
     @classmethod
@@ -56,7 +59,7 @@ class Protocol:
                    on_above=float(msg.get("on_above", DEFAULT_ON_ABOVE)),
                    bands=tuple(msg.get("bands", DEFAULT_BANDS)), since_t=msg.get("since_t"),
                    previous_period_s=msg.get("previous_period_s"), previous_epoch0=msg.get("previous_epoch0"),
-                   prio3=Prio3Params(**msg["prio3"]) if "prio3" in msg else None,
+                   mode_params=mechanism(msg.get("mechanism", DEFAULT_MECHANISM)).params_of(msg),
                    interval_s=msg.get("interval_s"))
 
     def differences(self, other: "Protocol") -> dict[str, tuple]:
@@ -66,10 +69,10 @@ class Protocol:
 
     @property
     def window_period_s(self) -> float:
-        """What one window covers: the period, an interval product's interval, or a prio3 product's hour or day."""
-        if self.prio3 is not None:
-            return self.prio3.window_period_s(self.period_s)
-        return self.interval_s or self.period_s
+        """What one window covers: the period, an interval product's interval, or the mechanism's product
+        (e.g. a prio3 hour, day or interval)."""
+        of = getattr(self.mode_params, "window_period_s", None)
+        return of(self.period_s) if of is not None else (self.interval_s or self.period_s)
 
     @property
     def schedule(self) -> Schedule:
@@ -86,11 +89,6 @@ class Protocol:
 
 
 PROTOCOL_FIELDS = tuple(f.name for f in fields(Protocol))
-# Secure aggregation (issue 26): what a Prio3 leader takes from its own config only. A control
-# message that says otherwise is refused whole (control_params_mismatch) and the fog keeps its own:
-# the fusion center publishes it, and in this mode the fog trusts only itself.
-LEADER_OWN_FIELDS = ("mechanism", "period_s", "epoch0", "since_t", "previous_period_s", "previous_epoch0", "prio3",
-                     "interval_s")
 
 
 class ProtocolFollower:
@@ -161,19 +159,22 @@ class ProtocolGate:
         except ValueError as err:
             # Outside the fog's own policy (a 1 ms period, a range it refuses).
             raise ProtocolError("control_refused", f"{err}; keeping the current parameters") from None
+        new = Protocol.from_control(parsed, self.current)
+        # What the fog's mechanism keeps as its own (the secure mode, issue 26: the fusion center
+        # publishes the control message, and in that mode the fog trusts only itself): a control
+        # message that says otherwise is refused whole and the fog keeps its own.
+        own = self.follower.own
+        owned = mechanism(own.mechanism).own_fields
+        differ = {k: v for k, v in own.differences(new).items() if k in owned}
+        if differ:
+            raise ProtocolError("control_params_mismatch", "the control message's " + "; ".join(
+                f"{k} {b!r}" for k, (_, b) in differ.items())[:300] + " differ from this fog's own config "
+                f"(kept: a {own.mechanism} party's params are its own)")
         try:
-            # A change of period or epoch0 must state its since_t, as devices require (issue 29).
+            # Then a change of period or epoch0 must state its since_t, as devices require (issue 29).
             check_stated(parsed, self.current)
         except ValueError as err:
             raise ProtocolError("control_refused", f"{err}; keeping the current parameters") from None
-        new = Protocol.from_control(parsed, self.current)
-        own = self.follower.own
-        if own.mechanism == wire.PRIO3:
-            differ = {k: v for k, v in own.differences(new).items() if k in LEADER_OWN_FIELDS}
-            if differ:
-                raise ProtocolError("control_params_mismatch", "the control message's " + "; ".join(
-                    f"{k} {b!r}" for k, (_, b) in differ.items())[:300] + " differ from this leader's own config "
-                    "(kept: a Prio3 leader's params are its own)")
         changed = self.follower.apply(new, now_t)
         if changed:
             self.rules = rules_for(self.rules, self.current)

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from rase_device import wire
-from rase_common.privacy import UnitPrivacy, with_eps_from_day
+from rase_common.mechanisms import DEFAULT_MECHANISM, mechanism
+from rase_common.privacy import UnitPrivacy, eps_from_day
 from rase_common.protocol.control import ControlMessage
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
@@ -21,7 +22,7 @@ class CentralTarget(BaseModel):
     """For the binary mechanism: the central (eps, delta) each shuffled window
     of `devices` reports must meet. The fusion center then broadcasts the
     eps per report (and so the flip probability) that meets it, by the
-    numerical FMT bound (fusion_center.ldp.counts.rr_flip_for_central), as the
+    numerical FMT bound (the mechanism's central_eps0), as the
     shuffle-DP notes choose p. It holds for windows shuffled uniformly with
     at least `devices` reports."""
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -93,7 +94,13 @@ class _FusionConfig(TomlSettings):
     @model_validator(mode="before")
     @classmethod
     def _eps_from_day(cls, data: Any) -> Any:
-        return with_eps_from_day(data, "precision", "eps_levels", ("prio3",)) if isinstance(data, dict) else data
+        """[precision] eps_levels (and the mechanism's own eps) from [privacy] eps_day over the day's releases."""
+        if not isinstance(data, dict):
+            return data
+        raw = data.get("precision", {})
+        raw = raw.model_dump(exclude_unset=True) if isinstance(raw, BaseModel) else dict(raw)
+        eps = eps_from_day(data.get("privacy"), ControlMessage.window_seconds_of(raw))
+        return data if eps is None else {**data, "precision": ControlMessage.with_eps_per_report(raw, eps)}
 
     @model_validator(mode="after")
     def _roles(self) -> "_FusionConfig":
@@ -107,14 +114,11 @@ class _FusionConfig(TomlSettings):
         target = data.get("central_target") if isinstance(data, dict) else None
         if target is None:
             return data
-        from fusion_center.ldp.counts import rr_flip_for_central
-
         t = target if isinstance(target, CentralTarget) else CentralTarget.model_validate(target)
         prec = data.get("precision", {})
         prec = prec.model_dump() if isinstance(prec, ControlMessage) else dict(prec)
-        if prec.get("mechanism") != "binary":
-            raise ValueError("central_target applies to precision.mechanism = \"binary\" only")
-        prec["eps_levels"] = [rr_flip_for_central(t.eps, t.delta, t.devices).eps0]
+        prec["eps_levels"] = [mechanism(prec.get("mechanism", DEFAULT_MECHANISM)).central_eps0(t.eps, t.delta,
+                                                                                               t.devices)]
         return {**data, "precision": prec}
 
     @field_validator("regions")

@@ -18,7 +18,6 @@ from typing import Any
 from fusion_center.announce.publisher import AggregatePublisher
 from fusion_center.context import FusionContext
 from fusion_center.control import ControlAnnouncer
-from fusion_center.ldp.role import LdpEstimation
 from rase_common.errors import ProtocolError
 from rase_common.role import Role, enabled, role_classes, route
 from rase_common.protocol import topics
@@ -124,10 +123,10 @@ class FusionRoles:
         return closed
 
     def next_deadline_s(self) -> float | None:
-        """Seconds until the local-DP role's earliest merge deadline (None: nothing pending)."""
-        ldp = next((r for r in self.estimation if isinstance(r, LdpEstimation)), None)
-        return ldp.next_deadline_s() if ldp is not None else None
+        """Seconds until the roles' earliest deadline (a merge deadline; None: nothing waits)."""
+        due = [d for d in (r.next_deadline_s() for r in self.estimation) if d is not None]
+        return min(due) if due else None
 
     def pending(self) -> bool:
         """Whether windows wait to be merged into an aggregate (a replay's end)."""
-        return any(isinstance(r, LdpEstimation) and bool(r.merger.pending) for r in self.estimation)
+        return any(r.pending() for r in self.estimation)

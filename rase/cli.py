@@ -198,6 +198,10 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
 
     from rase_common import deadletter
     from rase_common.errors import StorageError
+    from rase_common.role import role_classes
+
+    for service in ("fog", "fusion"):
+        role_classes(service)        # every role's outbox tables are registered with the dead letters
 
     if not args.store.is_file():
         print(f"rase deadletters: no store at {args.store} (a fog's journal_path or a fusion center's store_path)",

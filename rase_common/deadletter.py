@@ -30,8 +30,14 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS dead_letters (id INTEGER PRIMARY KEY, tbl TEXT, flag TEXT, row_id INTEGER, reason TEXT,
                                          at REAL);
 """
-# The outboxes that may hold dead letters: (table, its sent flag). A resend touches only these.
-OUTBOXES = {("outbox", "sent"), ("prio3_outbox", "sent"), ("aggregates", "published")}
+# The outboxes that may hold dead letters: (table, its sent flag); each store registers its own
+# (register_outbox) before it dead-letters anything. A resend touches only these.
+OUTBOXES: set[tuple[str, str]] = {("outbox", "sent"), ("aggregates", "published")}
+
+
+def register_outbox(table: str, flag: str) -> None:
+    """A role's own outbox table (its `flag` column: 0 unsent, 1 sent, DEAD) may hold dead letters."""
+    OUTBOXES.add((table, flag))
 
 
 @dataclass(frozen=True)

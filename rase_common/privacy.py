@@ -69,6 +69,8 @@ def privacy_over_time(eps_per_report: float, period_s: float, hours: float,
 
 from typing import Literal  # noqa: E402 - the unit's config lives beside the arithmetic above
 
+from typing import Any  # noqa: E402
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator  # noqa: E402
 
 from rase_device.interval import eps_per_release  # noqa: E402
@@ -139,53 +141,21 @@ def unit_guarantee(privacy: UnitPrivacy, eps_per_report: float, releases_per_day
                          per_release * releases_per_day, privacy.eps_day)
 
 
-def window_seconds(period_s: float, interval_s: float | None, prio3: dict | None) -> float:
-    """What one release covers, from a config's own period, interval_s and prio3 params (a dict)."""
-    if prio3:
-        from rase_device.secagg import product_period_s
 
-        return float(product_period_s(prio3.get("product", "per-t"), period_s, prio3.get("interval_s")))
-    return float(interval_s or period_s)
-
-
-def with_eps_from_day(data: dict, where: str, eps_key: str, prio3_path: tuple[str, ...]) -> dict:
-    """A config's raw data (a fog's or a fusion center's, before validation)
-    with its eps per report set from its own [privacy] eps_day: each party
-    computes the same eps per release from its own config (issue 28):
-    eps_day / (releases a day x devices per unit), rounded down to the
-    ledger's unit. `where` is the table holding period_s, interval_s and
-    `eps_key` (the eps menu); prio3_path leads from it to the prio3 params.
-    A config that also states another eps is refused: one budget, one place."""
-    privacy = data.get("privacy")
+def eps_from_day(privacy: Any, window_s: float) -> float | None:
+    """A party's eps per report from its own [privacy] table (raw or parsed)
+    and what one release covers: eps_day / (releases a day x devices per
+    unit), rounded down to the ledger's unit, so that each party computes the
+    same number from its own config (issue 28). None: event-level."""
     if privacy is None:
-        return data
+        return None
     unit = privacy if isinstance(privacy, UnitPrivacy) else UnitPrivacy.model_validate(privacy)
-    if unit.eps_day is None:
-        return data
-    table = data.get(where, {}) if where else data
-    table = table.model_dump() if isinstance(table, BaseModel) else dict(table)
-    prio3: dict | None = table
-    for key in prio3_path:
-        prio3 = (prio3 or {}).get(key)
-        if isinstance(prio3, BaseModel):
-            prio3 = prio3.model_dump()
-    prio3 = dict(prio3) if prio3 else None
-    window = window_seconds(float(table.get("period_s", 8.0)), table.get("interval_s"), prio3)
-    eps = unit.eps_per_report(86400.0 / window)
-    stated = table.get(eps_key)
-    if stated is not None and list(stated) != [eps]:
-        raise ValueError(f"privacy.eps_day {unit.eps_day:g} sets {eps_key} to [{eps:.10g}] "
-                         f"(eps_day / {86400.0 / window:g} releases / {unit.devices_per_unit} devices per unit): "
-                         f"leave {eps_key} out, got {stated}")
-    table[eps_key] = [eps]
-    if prio3 is not None:
-        if prio3.get("dp_eps") not in (None, eps):
-            raise ValueError(f"privacy.eps_day {unit.eps_day:g} sets prio3 dp_eps to {eps:.10g}: leave dp_eps out, "
-                             f"got {prio3['dp_eps']}")
-        prio3["dp_eps"] = eps
-        node = table
-        for key in prio3_path[:-1]:
-            node[key] = dict(node[key].model_dump() if isinstance(node[key], BaseModel) else node[key])
-            node = node[key]
-        node[prio3_path[-1]] = prio3
-    return {**data, where: table} if where else table
+    return None if unit.eps_day is None else unit.eps_per_report(86400.0 / window_s)
+
+
+def stated_or(name: str, stated: Any, eps: float) -> float:
+    """eps, refusing a config that states another value for `name` too (one budget, one place)."""
+    if stated is not None and stated != eps and stated != [eps]:
+        raise ValueError(f"privacy.eps_day sets {name} to {eps:.10g} (eps_day / releases a day / devices per unit): "
+                         f"leave {name} out, got {stated}")
+    return eps

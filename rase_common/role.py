@@ -50,6 +50,17 @@ class Role:
     def check_config(cls, cfg: Any) -> None:
         """Raise ValueError when the service's config cannot run this role (called by the config's validation)."""
 
+    @classmethod
+    def own_window_s(cls, table: dict, period_s: float) -> float | None:
+        """What one release covers by the role's own (raw) table, its product; None: the host's."""
+        return None
+
+    @classmethod
+    def with_eps_per_report(cls, table: dict, eps: float) -> dict:
+        """The role's raw table with its own eps per report set from the privacy unit's day (issue 28):
+        the host computes eps from its own [privacy] (rase_common.privacy.eps_from_day)."""
+        return table
+
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx        # what the host's roles share (the service's context)
 
@@ -84,6 +95,14 @@ class Role:
 
     def tasks(self) -> list[Coroutine[Any, Any, None]]:
         return []
+
+    def next_deadline_s(self) -> float | None:
+        """Seconds (on the service's clock) until something of this role comes due; None: nothing waits."""
+        return None
+
+    def pending(self) -> bool:
+        """Whether input waits to be closed into an output (a replay's end waits for none)."""
+        return False
 
 
 def load_role(path: str) -> type[Role]:

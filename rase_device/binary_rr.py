@@ -5,7 +5,7 @@
 # uniform bit Ber(1/2), otherwise the true bit. So P(report = x) = 1 - p/2 and
 # P(report != x) = p/2: the report is eps0-LDP with eps0 = ln((2 - p) / p),
 # i.e. p = 2 / (e^eps0 + 1) locally. After a uniform shuffle of n reports a
-# much smaller p meets a central (eps, delta): fusion_center.ldp.counts picks it.
+# much smaller p meets a central (eps, delta): rase_common.mechanisms.binary picks it.
 #
 # p is the exact rational flip_num / flip_den, drawn with RandomBits.bernoulli,
 # so the distribution is exactly the stated one (no floating-point sampling).

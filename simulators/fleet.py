@@ -158,9 +158,9 @@ class FleetTransport:
                     core.status_changed = False
                 box = core.outbox
                 while len(box) and self.inflight < self.max_inflight:
-                    topic, payload = box.pop()
-                    if not self._publish_tracked(topic, payload, i):
-                        box.push_front((topic, payload))
+                    item = box.pop()       # (topic, payload, t); a simulated fleet awaits no receipts
+                    if not self._publish_tracked(item[0], item[1], i):
+                        box.push_front(item)
                         return sent
                     sent += 1
         return sent

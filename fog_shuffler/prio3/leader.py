@@ -57,6 +57,7 @@ from fog_shuffler.prio3.leader_rules import (PRIO3, Prio3Accepted, close_batch, 
                                              validate_report)
 from fog_shuffler.shuffle.randomness import window_rng
 from fog_shuffler.windows import ClosedWindow
+from rase_common import deadletter
 from rase_common.errors import Outage, ProtocolError
 from rase_common.failpoints import crash_point
 from rase_common.kafka import KafkaConfig, KafkaSink, KafkaSource
@@ -180,7 +181,7 @@ class Prio3Leader:
         self.sender = OutboxSender("fog prio3 exchange", unsent=self.journal.unsent,
                                    send=lambda row: self.sink.send(row[0], row[3]),
                                    mark_sent=self._sent, outage=self.forwarding, storage=self.storage,
-                                   wakeup=self.outbox_wakeup)
+                                   wakeup=self.outbox_wakeup, dead_letter=self._dead_letter)
         self.statement_sink = statement_sink or (MqttSink(link, topics.prio3_statement_topic) if link else None)
         if self.statement_sink is not None:
             self.statement_sender = OutboxSender(
@@ -188,6 +189,11 @@ class Prio3Leader:
                 send=lambda row: self.statement_sink.send(row[0], row[3]),
                 mark_sent=lambda row: self.journal.mark_sent(row[0], row[1], row[2]),
                 outage=Outage("fog prio3 statements", log), storage=self.storage, wakeup=self.statement_wakeup)
+
+    def _dead_letter(self, row: tuple[str, int, int, str], reason: str) -> None:
+        """A message the broker refused for good (its ACL): out of the outbox, kept for `rase deadletters`."""
+        deadletter.put(self.journal.db, "prio3_outbox", "sent", "region=? AND t=? AND seq=?", (row[0], row[1], row[2]),
+                       reason)
 
     def _sent(self, row: tuple[str, int, int, str]) -> None:
         self.journal.mark_sent(row[0], row[1], row[2])
@@ -252,7 +258,7 @@ class Prio3Leader:
 
     def control_checked(self, refused: ProtocolError | None) -> None:
         """The fog followed (None) or refused a control message. One refused
-        for other prio3 params (fog_shuffler.protocol.LEADER_OWN_FIELDS) is an
+        for other prio3 params (the registry entry's own_fields) is an
         alarm until a control message that agrees with the leader's own comes."""
         if refused is None:
             self.metrics.params_mismatch.set(0)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 
+from rase_common import deadletter
 from rase_common.sqlite import storage_errors
 
 SHARE_SEQ = 1 << 30   # the leader's share follows its batch parts (0, 1, ...) in the outbox
@@ -51,6 +52,9 @@ CREATE TABLE IF NOT EXISTS prio3_views (region TEXT, t INTEGER, ingest TEXT, sta
 # region, t, device, nonce, public share, leader share, sealed helper share, eps
 ReportRow = tuple[str, int, str, bytes, bytes, bytes, bytes, float]
 
+
+# Its answers' outbox may hold dead letters (rase_common.deadletter).
+deadletter.register_outbox("prio3_outbox", "sent")
 
 class LeaderJournal:
     def __init__(self, db):  # noqa: ANN001 - the fog journal's sqlite3 connection

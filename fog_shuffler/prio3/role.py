@@ -23,7 +23,9 @@ from fog_shuffler.prio3.leader_rules import LEADER_REASONS, PRIO3, Prio3Accepted
 from fog_shuffler.protocol import Protocol
 from fog_shuffler.reports import ReportRole
 from fog_shuffler.windows import ClosedWindow, Outcome
+from rase_common.privacy import stated_or
 from rase_common.protocol import topics
+from rase_device.secagg import product_period_s
 
 # Rejections under the current parameters that the previous ones may still accept (just after a change).
 RETRY_UNDER_PREVIOUS = ("eps_not_on_menu", "impossible_y", "malformed_share")
@@ -62,12 +64,29 @@ class LeaderRole(ReportRole):
                              f"{table.params.interval_s} (the leader's product is its params')")
 
     @classmethod
+    def own_window_s(cls, table: dict, period_s: float) -> float | None:
+        params = table.get("params")
+        if params is None:
+            return None
+        params = params.model_dump() if hasattr(params, "model_dump") else params
+        return float(product_period_s(params.get("product", "per-t"), period_s, params.get("interval_s")))
+
+    @classmethod
+    def with_eps_per_report(cls, table: dict, eps: float) -> dict:
+        params = table.get("params")
+        if params is None:
+            return table
+        params = dict(params.model_dump() if hasattr(params, "model_dump") else params)
+        params["dp_eps"] = stated_or("prio3.params.dp_eps", params.get("dp_eps"), eps)
+        return {**table, "params": params}
+
+    @classmethod
     def own_params(cls, cfg: Any) -> dict:
         """What the fog's own protocol parameters get from the role's table."""
         table = getattr(cfg, cls.config_key or "", None)
         if table is None:
-            return {"prio3": None}
-        return {"prio3": table.params, "interval_s": table.params.interval_s}
+            return {"mode_params": None}
+        return {"mode_params": table.params, "interval_s": table.params.interval_s}
 
     # -- start -------------------------------------------------------------------------------
     def attach(self, db: Any) -> None:
@@ -114,7 +133,7 @@ class LeaderRole(ReportRole):
         return outcome
 
     def _check(self, topic: str, payload: bytes, now_t: int, rules: IngestRules, p: Protocol) -> Accepted:
-        return self.leader.validate(topic, payload, now_t, rules, p.prio3)
+        return self.leader.validate(topic, payload, now_t, rules, p.mode_params)
 
     def write(self, db: Any) -> None:
         self.leader.write(self._replies)

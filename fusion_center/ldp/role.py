@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from fusion_center.context import FusionContext
 from fusion_center.ldp.merge import TimestampMerger, aggregate
 from rase_common.errors import ProtocolError, StorageError
+from rase_common.mechanisms import mechanism
 from rase_common.protocol.window import WindowMessage
 from rase_common.role import Role
 
@@ -65,7 +66,7 @@ class LdpEstimation(Role):
         estimators' first call imports scipy and builds tables (seconds on a
         busy machine), which must not stall the first real timestamps."""
         p = self.ctx.precision
-        value = 0.0 if p.mechanism in ("binary", "categorical") else p.x_min
+        value = p.x_min if mechanism(p.mechanism).output == "mean" else 0.0      # a possible report
         window = WindowMessage.uniform("warm-up", 0, [value] * 12, eps=p.eps_levels[0], kind=p.mechanism)
         try:
             aggregate(0, [window], p, {"warm-up"}, level=self.ctx.cfg.level, bootstrap_b=self.ctx.cfg.bootstrap_b)
@@ -127,6 +128,9 @@ class LdpEstimation(Role):
     def rolled_back(self) -> None:
         self._staged, self._new = [], []
         self.decided = []
+
+    def pending(self) -> bool:
+        return bool(self.merger.pending)
 
     def revise_horizon_t(self) -> int:
         schedule = self.ctx.precision.window_schedule()

@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fusion_center.prio3.helper_rules import Answer, answer_batch, build_aggregate, combine, own_params_for, refusal
 from fusion_center.prio3.helper_store import HelperStore, digest
+from rase_common import deadletter
 from rase_common.errors import Outage
 from rase_common.failpoints import crash_point
 from rase_common.kafka import KafkaConfig, KafkaSink
@@ -166,7 +167,12 @@ class Prio3Helper:
         self.sender = OutboxSender("fusion prio3 answers", unsent=self.store.unsent,
                                    send=lambda row: self.sink.send(row[0], row[3]),
                                    mark_sent=self._sent, outage=self.answering, storage=self.storage,
-                                   wakeup=self.outbox_wakeup)
+                                   wakeup=self.outbox_wakeup, dead_letter=self._dead_letter)
+
+    def _dead_letter(self, row: tuple[str, int, int, str], reason: str) -> None:
+        """A message the broker refused for good (its ACL): out of the outbox, kept for `rase deadletters`."""
+        deadletter.put(self.store.db, "prio3_outbox", "sent", "region=? AND t=? AND seq=?", (row[0], row[1], row[2]),
+                       reason)
 
     def _sent(self, row: tuple[str, int, int, str]) -> None:
         self.store.mark_sent(row[0], row[1], row[2])

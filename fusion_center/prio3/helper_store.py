@@ -41,6 +41,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 
+from rase_common import deadletter
 from rase_common.sqlite import storage_errors
 
 SCHEMA = """
@@ -65,6 +66,9 @@ REFUSAL_SEQ = -1      # the outbox row of a refusal (the helper will not verify 
 def digest(payload: str) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
+
+# Its answers' outbox may hold dead letters (rase_common.deadletter).
+deadletter.register_outbox("prio3_outbox", "sent")
 
 class HelperStore:
     def __init__(self, db):  # noqa: ANN001 - the fusion store's sqlite3 connection

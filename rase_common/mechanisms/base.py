@@ -22,6 +22,8 @@ message's range, grid, precision, on_above and bands).
 
 from __future__ import annotations
 
+from typing import Any
+
 import functools
 import math
 from dataclasses import dataclass, field
@@ -136,6 +138,19 @@ class Mechanism:
     # so the registry stays below the services. Every local-DP mechanism shares one pair.
     fog_role: str = "fog_shuffler.ldp.role:LdpReports"
     fusion_role: str = "fusion_center.ldp.role:LdpEstimation"
+    # The protocol fields a party serving this mechanism keeps as its own config says, refusing a
+    # control message that states others (the secure mode: either party may lie, docs/privacy.md 7).
+    own_fields: tuple[str, ...] = ()
+
+    def central_eps0(self, eps: float, delta: float, devices: int) -> float:
+        """The eps per report whose `devices` uniformly shuffled reports are central (eps, delta)-DP
+        (the fusion center's [central_target]); ValueError where the mechanism has no such bound."""
+        raise ValueError(f"central_target needs a mechanism whose shuffled reports amplify to a central "
+                         f"(eps, delta) by a bound RASE implements (binary), not {self.name}")
+
+    def params_of(self, msg: dict) -> Any:
+        """The mechanism's own table of a parsed control message (the secure mode's prio3 params), or None."""
+        return None
 
     def randomizer(self, setting: Setting, bits=None):
         from rase_device.mechanisms import make_randomizer

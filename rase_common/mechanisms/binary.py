@@ -14,7 +14,10 @@ import math
 
 import numpy as np
 
-from rase_device.binary_rr import DEFAULT_DEN, flip_fraction
+from dataclasses import dataclass
+
+from rase_device.binary_rr import DEFAULT_DEN, flip_fraction, local_eps
+from rase_common.amplification import local_eps_for_central, numerical_eps
 from rase_common.mechanisms.base import Estimate, Estimates, Mechanism, Setting, z_quantile
 from rase_common.mechanisms.intervals import bonferroni, per_level, two_binomial_sterne
 from rase_common.mechanisms.support import ExactSupport
@@ -105,6 +108,29 @@ def on_count(bits_by_level: dict[float, np.ndarray], level: float = 0.95) -> Est
     return on_count_from(tallies, level)
 
 
+@dataclass(frozen=True)
+class FlipChoice:
+    flip_num: int
+    flip_den: int
+    eps0: float            # local eps of each report, ln((2 - p) / p)
+    central_eps: float     # after a uniform shuffle of n reports (numerical FMT bound)
+    delta: float
+    n: int
+
+    @property
+    def p(self) -> float:
+        return self.flip_num / self.flip_den
+
+
+def rr_flip_for_central(eps: float, delta: float, n: int, den: int = DEFAULT_DEN) -> FlipChoice:
+    """The smallest flip probability p = num/den whose n shuffled reports are
+    (eps, delta)-DP: eps0 from the numerical bound, p rounded up."""
+    eps0 = local_eps_for_central(eps, delta, n)
+    num = flip_fraction(eps0, den)
+    e0 = local_eps(num, den)
+    return FlipChoice(num, den, e0, numerical_eps(e0, n, delta), delta, n)
+
+
 class Binary(Mechanism):
     name = "binary"
     output = "count"
@@ -124,6 +150,9 @@ class Binary(Mechanism):
         """Variance of one report's debiased count (the same whatever the reading)."""
         p = flip_probability(eps)
         return np.full(np.shape(x), count_variance(1, p))
+
+    def central_eps0(self, eps: float, delta: float, devices: int) -> float:
+        return rr_flip_for_central(eps, delta, devices).eps0
 
     def estimate(self, by_level: dict, setting: Setting, level: float = 0.95) -> Estimates:
         count = on_count(by_level, level)

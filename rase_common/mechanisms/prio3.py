@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -220,6 +221,14 @@ class Prio3Mechanism(Mechanism):
     # The fog is Prio3's leader and the fusion center its helper and collector.
     fog_role = "fog_shuffler.prio3.role:LeaderRole"
     fusion_role = "fusion_center.prio3.role:HelperRole"
+    # A leader's schedule and params are its own (issue 26): a control message stating others is refused.
+    own_fields = ("mechanism", "period_s", "epoch0", "since_t", "previous_period_s", "previous_epoch0", "mode_params",
+                  "interval_s")
+
+    def params_of(self, msg: dict) -> Any:
+        from rase_common.protocol.prio3 import Prio3Params
+
+        return Prio3Params(**msg["prio3"]) if "prio3" in msg else None
     output = "mean"        # for the default kind (sum); count -> "count", histogram -> "frequencies"
     outputs = {"sum": "mean", "count": "count", "histogram": "frequencies"}
 

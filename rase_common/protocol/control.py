@@ -12,11 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rase_device.interval import check_interval
 from rase_device.mechanisms import ALL_MECHANISMS, DEFAULT_MECHANISM, MEAN_MECHANISMS, check_mechanism
+from rase_common.privacy import stated_or
 from rase_common.protocol.prio3 import Prio3Params
 from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from rase_device.policy import LocalPolicy
 from rase_device.randomizer import Calibration, check_finite
 from rase_device.schedule import Schedule
+from rase_device.secagg import product_period_s
 
 
 class ControlMessage(BaseModel):
@@ -98,6 +100,29 @@ class ControlMessage(BaseModel):
     @property
     def releases_per_day(self) -> float:
         return 86400.0 / self.window_period_s
+
+    @staticmethod
+    def window_seconds_of(raw: dict) -> float:
+        """window_period_s of a raw (unvalidated) message: its prio3 product's, its interval_s, or its period."""
+        prio3 = raw.get("prio3")
+        prio3 = prio3.model_dump() if isinstance(prio3, BaseModel) else prio3
+        period = float(raw.get("period_s", 8.0))
+        if prio3:
+            return float(product_period_s(prio3.get("product", "per-t"), period, prio3.get("interval_s")))
+        return float(raw.get("interval_s") or period)
+
+    @staticmethod
+    def with_eps_per_report(raw: dict, eps: float) -> dict:
+        """A raw message with its eps menu (and prio3 dp_eps) set to eps (a party's own, from its daily
+        budget: rase_common.privacy.eps_from_day); ValueError if it states another."""
+        out = dict(raw)
+        out["eps_levels"] = [stated_or("eps_levels", raw.get("eps_levels"), eps)]
+        prio3 = raw.get("prio3")
+        if prio3:
+            prio3 = dict(prio3.model_dump() if isinstance(prio3, BaseModel) else prio3)
+            prio3["dp_eps"] = stated_or("prio3.dp_eps", prio3.get("dp_eps"), eps)
+            out["prio3"] = prio3
+        return out
 
     def same_schedule_as(self, period_s: float, epoch0: float) -> bool:
         """Whether a config's period_s and epoch0 state this message's schedule

@@ -134,7 +134,7 @@ def test_subscribers_on_a_share_of_the_fogs_filter_take_nothing_from_the_fog(mos
                 info.wait_for_publish(10)
             # Every registered device reported: the fog closes the window early, with all 12 reports.
             assert wait(lambda: fog.metrics.value("reports_accepted") == len(DEVICES)), fog.metrics.summary()
-            assert wait(lambda: fog.windows_sent >= 1 or fog.outbox_size >= 1, 20)
+            assert wait(lambda: fog.windows_sent >= 1 or fog.ctx.outbox.size >= 1, 20)
         with lock:
             assert sum(got) == len(DEVICES) and all(0 < n < len(DEVICES) for n in got), got   # shared among them
     finally:
