@@ -385,6 +385,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except (RefitFormatError, OSError) as err:
         print(f"rase replay: {err}", file=sys.stderr)
         return 2
+    if args.unit == "household" or args.product == "interval" or args.households is not None:
+        return _replay_households(args, data, houses)
     epoch0 = epoch0_of(houses, args.period)
     offset = 0.0
     if args.start:
@@ -442,6 +444,61 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for line in privacy_over_time(args.eps, report_s, args.hours).lines():
         print(line.replace("privacy over", "each simulated device's privacy over", 1))
     return 0
+
+
+def _replay_households(args: argparse.Namespace, data: Path, houses: list) -> int:  # noqa: ANN001
+    """--unit household --product interval: household meters (REFIT's Aggregate), one report per interval."""
+    from simulators.household_replay import HouseholdSpec, run_households, write_jsonl
+    from simulators.households import day_start_of
+    from rase_device.mechanisms import MEAN_MECHANISMS
+
+    if args.unit != "household" or args.product != "interval":
+        print("rase replay: --households and --product interval replay household meters: give --unit household "
+              "--product interval (with --interval-s and --eps-day)", file=sys.stderr)
+        return 2
+    if args.mechanism not in MEAN_MECHANISMS + ("prio3",) or args.prio3_kind != "sum":
+        print(f"rase replay: --unit household reports each meter's mean: --mechanism one of "
+              f"{', '.join(MEAN_MECHANISMS)} or prio3 (kind sum), got {args.mechanism}", file=sys.stderr)
+        return 2
+    if args.eps_day is None:
+        print("rase replay: --unit household needs --eps-day (the budget per household per UTC day)",
+              file=sys.stderr)
+        return 2
+    offset = 0.0
+    if args.start:
+        start = datetime_utc(args.start)
+        offset = start - day_start_of(min(int(h.unix[0]) for h in houses))
+    spec = HouseholdSpec(data_dir=data, houses=args.houses, households=args.households, hours=args.hours,
+                         start_offset_s=offset, interval_s=args.interval_s, period_s=args.period,
+                         eps_day=args.eps_day, x_max=args.x_max if args.x_max is not None else 8000.0,
+                         mechanism=args.mechanism, broker_url=args.broker,
+                         work_dir=Path(args.out).parent / (Path(args.out).stem + ".state"))
+    try:
+        print(f"each household reports eps {spec.eps:.6g} per release (eps {args.eps_day:g} a day)")
+        result = _run_tool(run_households(spec))
+    except ValueError as err:
+        print(f"rase replay: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rase replay: interrupted; nothing written", file=sys.stderr)
+        return 130
+    write_jsonl(result, Path(args.out))
+    p = result.params
+    print(f"replayed {p['intervals']} intervals of {p['interval_s']:g} s of {p['devices']} household meters: "
+          f"{result.reports} reports, {len(result.aggregates)} releases -> {args.out} ({result.elapsed_s:.1f} s)")
+    print(f"fog: {result.fog['rejected']} reports rejected ({result.fog.get('budget_refused', 0)} over a household's "
+          "daily budget)")
+    print(f"each household: eps {p['eps']:.6g} per release, {p['releases_per_day']} releases a day: eps "
+          f"{p['eps'] * p['releases_per_day']:.6g} per household per UTC day (budget eps {p['eps_day']:g}, enforced "
+          "by each meter's ledger and by the fog)")
+    return 0
+
+
+def datetime_utc(text: str) -> float:
+    from datetime import datetime, timezone
+
+    start = datetime.fromisoformat(text)
+    return (start.replace(tzinfo=timezone.utc) if start.tzinfo is None else start).timestamp()
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -528,6 +585,8 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
     from simulators.evaluation import plot_utility, utility_from_replays, utility_from_simulation
 
     ws = tuple(args.windows)
+    if args.replay and _household_replays(args.replay):
+        return _eval_households(args, data, out)
     mechs = _replay_mechanisms(args.replay) if args.replay else set()
     if args.mechanisms or "prio3" in mechs or len(mechs) > 1:    # side by side, with the plan's predictions
         return _eval_compare(args, data, out)
@@ -558,6 +617,48 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
                                                   "table": {str(e): v for e, v in res.table.items()}}, indent=1))
     plot_utility(res, ws, out / "utility.png")
     print(f"written: {out / 'utility.json'}, {out / 'utility.png'}")
+    return 0
+
+
+def _household_replays(paths: list[str]) -> bool:
+    import json
+
+    units = set()
+    for p in paths:
+        with open(p) as fh:
+            units.add(json.loads(fh.readline())["params"].get("unit", "device"))
+    if len(units) > 1:
+        raise ValueError("give either household replays (--unit household) or device replays, not both")
+    return units == {"household"}
+
+
+def _eval_households(args: argparse.Namespace, data: Path, out: Path) -> int:
+    """Household replays: the interval mean against the truth recomputed from the CSVs, with the plan's prediction."""
+    import json
+
+    from simulators.household_replay import score
+    from simulators.plan import plan_households
+
+    rows = []
+    for p in args.replay:
+        r = score(data, Path(p))
+        plan_rows = plan_households(r["households"], r["eps_day"], r["interval_s"], data_dir=data)
+        mine = [row for row in plan_rows if row.mechanism == r["mechanism"] and row.groups == 1]
+        r["plan_mae"] = mine[0].mae_w if mine else float("nan")
+        r["replay"] = str(p)
+        rows.append(r)
+    print("household replays: the interval mean against the truth recomputed from the raw CSVs (each meter's "
+          "samples from its interval's start, clipped mean); 'plan' = `rase plan --households`' prediction")
+    print(f"{'mechanism':<10}{'households':>11}{'eps/day':>8}{'eps/release':>12}{'interval':>9}{'MAE (W)':>9}"
+          f"{'bias (se)':>15}{'coverage':>9}{'true mean':>10}{'MAE/mean':>9}{'plan':>8}{'releases':>9}")
+    for r in rows:
+        print(f"{r['mechanism']:<10}{r['households']:>11,}{r['eps_day']:>8g}{r['eps_per_release']:>12.4g}"
+              f"{r['interval_s']:>9g}{r['mae']:>9.1f}{r['bias']:>8.1f} ({r['bias_se']:.1f}){r['coverage']:>9.3f}"
+              f"{r['true_mean']:>10.1f}{r['mae_over_true_mean']:>9.1%}{r['plan_mae']:>8.1f}{r['releases']:>9}")
+        if not r["n_matches_truth"]:
+            print(f"  note: {r['replay']}: some releases counted other households than the truth has")
+    (out / "households.json").write_text(json.dumps(rows, indent=1))
+    print(f"written: {out / 'households.json'}")
     return 0
 
 
@@ -603,12 +704,22 @@ def _eval_compare(args: argparse.Namespace, data: Path, out: Path) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from simulators.plan import format_plan, plan
+    from simulators.plan import INTERVALS_S, format_households, format_plan, plan, recommend
     from simulators.refit import bundled_dir
 
+    data = Path(args.data) if args.data else bundled_dir()
+    if (args.devices is None) == (args.households is None):
+        print("rase plan: give --households N (the privacy unit: a household's meter) or --devices N",
+              file=sys.stderr)
+        return 2
     try:
-        rows = plan(args.devices, args.period, args.product, args.eps_day,
-                    data_dir=Path(args.data) if args.data else bundled_dir())
+        if args.households is not None:
+            intervals = (args.interval_s,) if args.interval_s else INTERVALS_S
+            rec, table = recommend(args.households, args.eps_day, args.target_mae or float("inf"), data_dir=data,
+                                   x_max=args.x_max, intervals=intervals)
+            print(format_households(rec, table, args.households, args.eps_day, args.target_mae))
+            return 0
+        rows = plan(args.devices, args.period, args.product, args.eps_day, data_dir=data)
     except ValueError as err:
         print(f"rase plan: {err}", file=sys.stderr)
         return 2
@@ -978,8 +1089,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "noise; --eps is then each release's dp_eps)")
     r.add_argument("--prio3-kind", default="sum", choices=["sum", "count", "histogram"],
                    help="prio3: the report kind: sum (the mean), count (on/off, --on-above), histogram (--bands)")
-    r.add_argument("--product", default="per-t", choices=["per-t", "hourly", "daily"],
-                   help="prio3 sum: one report per period (per-t), or each device's average over an hour or a day")
+    r.add_argument("--product", default="per-t", choices=["per-t", "hourly", "daily", "interval"],
+                   help="prio3 sum: one report per period (per-t), or each device's average over an hour or a day; "
+                        "interval (with --unit household): each meter's clipped mean over every --interval-s, in "
+                        "every mode")
+    r.add_argument("--unit", default="device", choices=["device", "household"],
+                   help="the privacy unit: device (each REFIT appliance), or household: one device per house, its "
+                        "whole-house meter (REFIT's Aggregate column), with a daily budget (--eps-day)")
+    r.add_argument("--households", type=int,
+                   help="--unit household: a fleet of N households built from --houses, each copy of a house "
+                        "time-shifted (within +-2 h, cyclic within the replayed day)")
+    r.add_argument("--interval-s", type=float, default=1800.0,
+                   help="--product interval: seconds per release (default %(default)s: half-hourly; 900, 3600, "
+                        "86400 ...; must divide the day)")
+    r.add_argument("--eps-day", type=float,
+                   help="--unit household: eps per household per UTC day, spent over the day's releases "
+                        "(each release eps-day / releases a day)")
+    r.add_argument("--x-max", type=float,
+                   help="the clipping range's top in W (default 4000 for appliances, 8000 for household meters)")
     r.add_argument("--shuffle", default="rs", choices=["rs", "dsigma", "buds", "uniform"],
                    help="the fog's shuffle: RASE's RS (default), d_sigma alone, BUDS batches, or uniform (the one "
                         "that amplifies: needed by --central-eps)")
@@ -1060,15 +1187,25 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=cmd_eval)
 
     pl = sub.add_parser("plan", help="predicted error of the mean against the privacy guarantee, for each mode",
-                        description="For N devices, a period and a product, spend eps-day per device per day and "
-                                    "print each mode's predicted MAE of the published mean on REFIT-like data and "
-                                    "its per-release and per-day guarantee: local DP (each mechanism, with "
-                                    "population division where it helps) and secure aggregation (prio3).")
-    pl.add_argument("--devices", type=int, required=True, help="devices reporting (N)")
+                        description="For N households (or devices), spend eps-day per unit per UTC day and "
+                                    "print each mode's predicted MAE of the published mean on REFIT data and its "
+                                    "per-release and per-day guarantee: local DP (each mechanism, with population "
+                                    "division where it helps) and secure aggregation (prio3); with --households "
+                                    "and --target-mae, the mode and interval product to deploy.")
+    pl.add_argument("--households", type=int,
+                    help="households, one whole-house meter each (the privacy unit): compare interval products and "
+                         "modes at --eps-day per household-day, and recommend one (--target-mae)")
+    pl.add_argument("--target-mae", type=float, help="--households: the MAE of the interval mean to meet, in W")
+    pl.add_argument("--interval-s", type=float,
+                    help="--households: only this interval (default: 15 min, 30 min, 1 h, 2 h, 6 h and a day)")
+    pl.add_argument("--x-max", type=float, default=8000.0,
+                    help="--households: the meters' clipping range's top in W (default %(default)s)")
+    pl.add_argument("--devices", type=int, help="devices reporting (N): REFIT appliances, each its own unit")
     pl.add_argument("--period", type=float, default=8.0, help="seconds between readings (default %(default)s)")
     pl.add_argument("--product", choices=["per-t", "hourly", "daily"], default="per-t",
-                    help="what is published: every period, or each device's hourly or daily average")
-    pl.add_argument("--eps-day", type=float, required=True, help="privacy budget per device per day")
+                    help="--devices: what is published: every period, or each device's hourly or daily average")
+    pl.add_argument("--eps-day", type=float, required=True,
+                    help="privacy budget per unit (household, or device) per UTC day")
     pl.add_argument("--data", help="REFIT files for the readings' distribution (default: the bundled day)")
     pl.set_defaults(func=cmd_plan)
 
