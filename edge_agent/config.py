@@ -96,14 +96,20 @@ class PrivacyConfig(BaseModel):
     The ledger then allows eps_day x share per day, renewed at midnight UTC,
     and refuses the report that would overspend it in every mode.
 
-    Without eps_day the device is **event-level**: each report is eps-DP on
-    its own and the ledger (budget_eps per budget_period_s) is only a cap
-    against runaway devices, not a daily guarantee; its status says so."""
+    With `event_level = true` (`rase agent --event-level`), or without
+    eps_day, the device is **event-level**: each report is eps-DP on its own
+    and the ledger (budget_eps per budget_period_s) is only a cap against
+    runaway devices, not a daily guarantee; its status says so."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     unit: Literal["device", "household"] = "device"
     household: str | None = None          # the household's name (default: this device's id)
     eps_day: float | None = Field(None, gt=0, le=1000)
     share: float = Field(1.0, gt=0, le=1)
+    event_level: bool = False
+
+    @property
+    def enforced(self) -> bool:
+        return self.eps_day is not None and not self.event_level
 
     @field_validator("household")
     @classmethod
@@ -114,14 +120,14 @@ class PrivacyConfig(BaseModel):
     def _unit(self) -> "PrivacyConfig":
         if self.unit == "device" and (self.household is not None or self.share != 1.0):
             raise ValueError("privacy.household and privacy.share are for unit = \"household\"")
-        if self.eps_day is None and self.share != 1.0:
+        if self.eps_day is None and self.share != 1.0 and not self.event_level:
             raise ValueError("privacy.share splits an eps_day: set privacy.eps_day")
         return self
 
     def device_dict(self, device: str) -> dict:
         """What the device core keeps (rase_device.core.AgentCore.privacy)."""
-        return {"unit": self.unit, "household": self.household or device, "eps_day": self.eps_day,
-                "share": self.share}
+        return {"unit": self.unit, "household": self.household or device,
+                "eps_day": self.eps_day if self.enforced else None, "share": self.share}
 
 
 class AgentConfig(TomlSettings):
@@ -160,14 +166,15 @@ class AgentConfig(TomlSettings):
 
     @model_validator(mode="after")
     def _one_budget(self) -> "AgentConfig":
-        if self.privacy.eps_day is not None and {"budget_eps", "budget_period_s"} & self.model_fields_set:
+        if self.privacy.enforced and {"budget_eps", "budget_period_s"} & self.model_fields_set:
             raise ValueError("privacy.eps_day sets the ledger's budget (eps_day x share per UTC day): "
                              "leave budget_eps and budget_period_s out")
         return self
 
     def ledger_budget(self) -> tuple[float, float]:
         """(eps, per seconds) the device's ledger allows: the unit's daily share, or the event-level cap."""
-        if self.privacy.eps_day is not None:
+        if self.privacy.enforced:
+            assert self.privacy.eps_day is not None
             return self.privacy.eps_day * self.privacy.share, 86400.0
         return self.budget_eps, self.budget_period_s
 

@@ -101,7 +101,7 @@ def unit_map(cfg: Any) -> Callable[[str], str]:
 
 
 class BudgetRole(Role, Budget):
-    """The unit budget as one of the fog's roles (its [privacy] eps_day set)."""
+    """The unit budget as one of the fog's roles (its [privacy] eps_day set, not event-level)."""
 
     name = "budget"
     reasons = (REASON,)

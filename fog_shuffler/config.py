@@ -17,7 +17,7 @@ from fog_shuffler.shuffle.relationship import RelationshipGraph
 from fog_shuffler.shuffle.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
-from rase_common.privacy import UnitPrivacy, eps_from_day, stated_or
+from rase_common.privacy import UnitPrivacy, as_unit, eps_from_day, stated_or
 from rase_common.protocol.control import ControlPolicy
 from rase_common.role import role_classes
 from rase_common.settings import TomlSettings, with_role_tables
@@ -219,6 +219,13 @@ class _FogConfig(TomlSettings):
         interval's, or what a role's own table says one release covers (its product)."""
         if not isinstance(data, dict) or data.get("privacy") is None:
             return data
+        tables_all = [role for role in role_classes("fog") if role.config_key and data.get(role.config_key)]
+        unit = as_unit(data.get("privacy"))
+        if unit is not None and unit.event_level:          # the per-report stream: an explicit choice
+            out = {**data, "interval_s": None}
+            for role in tables_all:
+                out[role.config_key] = role.per_report(_raw(data[role.config_key]))
+            return out
         period = float(data.get("period_s", 8.0))
         window = float(data.get("interval_s") or period)
         tables = {role.config_key: role for role in role_classes("fog") if role.config_key and

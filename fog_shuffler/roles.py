@@ -87,7 +87,7 @@ class FogRoles:
         if screen is not None:
             ctx.screen = screen
         # The privacy unit's day (issue 28): with [privacy] eps_day, a unit's devices together stay within it.
-        budget = BudgetRole(ctx) if cfg.privacy.eps_day is not None else None
+        budget = BudgetRole(ctx) if cfg.privacy.enforced else None
         if budget is not None:
             ctx.budget = budget
         # The screen writes last in a batch's transaction: its alarms delete the reports just written.

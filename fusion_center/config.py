@@ -10,7 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from rase_device import wire
 from rase_common.mechanisms import DEFAULT_MECHANISM, mechanism
-from rase_common.privacy import UnitPrivacy, eps_from_day
+from rase_common.privacy import UnitPrivacy, as_unit, eps_from_day
 from rase_common.protocol.control import ControlMessage
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
@@ -99,6 +99,9 @@ class _FusionConfig(TomlSettings):
             return data
         raw = data.get("precision", {})
         raw = raw.model_dump(exclude_unset=True) if isinstance(raw, BaseModel) else dict(raw)
+        unit = as_unit(data.get("privacy"))
+        if unit is not None and unit.event_level:          # the per-report stream: an explicit choice
+            return {**data, "precision": ControlMessage.per_report(raw)}
         eps = eps_from_day(data.get("privacy"), ControlMessage.window_seconds_of(raw))
         return data if eps is None else {**data, "precision": ControlMessage.with_eps_per_report(raw, eps)}
 

@@ -48,7 +48,19 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from edge_agent.service import AgentService
     from rase_common.privacy import privacy_over_time
 
+    _event_level(args, "RASE_AGENT_")
     cfg = AgentConfig.load(args.config)
+    unit = cfg.privacy
+    if unit.enforced:
+        whose = (f"household {unit.household or cfg.device}'s eps {unit.eps_day:g} a UTC day, this device's share "
+                 f"{unit.share:g} (eps {cfg.ledger_budget()[0]:.4g})" if unit.unit == "household" else
+                 f"eps {unit.eps_day:g} a UTC day")
+        print(f"privacy unit: {unit.unit}; budget: {whose}; a report that would overspend it is not made "
+              "(budget_exhausted, until midnight UTC)", flush=True)
+    else:
+        print(f"privacy: event-level ({'--event-level' if unit.event_level else 'no [privacy] eps_day'}): each "
+              f"report is eps-DP on its own, no daily budget (the ledger caps eps {cfg.budget_eps:g} per "
+              f"{cfg.budget_period_s:g} s)", flush=True)
     if args.fleet is not None:
         from simulators.local_fleet import MAX_FLEET, LocalFleetService
 
@@ -57,7 +69,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
                   f"got {args.fleet}", file=sys.stderr)
             return 2
         print(f"a local fleet of {args.fleet} simulated devices (REFIT replays, not live sensors), each spending "
-              f"eps {cfg.eps:g} per report; a fog forwards a timestamp's window only when at least k_min "
+              f"at most eps {cfg.eps:g} per report; a fog forwards a timestamp's window only when at least k_min "
               "(10 by default) devices reported for it", flush=True)
         if args.passwords is not None and not args.passwords.is_dir():
             print(f"rase agent: --passwords {args.passwords}: not a folder (it holds one password file per "
@@ -69,9 +81,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
         print("rase agent: --passwords is for --fleet; one agent takes [broker] username and password_file",
               file=sys.stderr)
         return 2
-    for line in privacy_over_time(cfg.eps, cfg.period_s, cfg.budget_period_s / 3600).lines():
-        print(line + ("" if "privacy over" not in line else " (at the configured eps and period; "
-                      "the fusion center's control message may lower them)"))
+    if not unit.enforced:
+        for line in privacy_over_time(cfg.eps, cfg.period_s, cfg.budget_period_s / 3600).lines():
+            print(line + ("" if "privacy over" not in line else " (at the configured eps and period; "
+                          "the fusion center's control message may lower them)"))
     source = None
     if cfg.source is not None and cfg.source.kind == "refit":
         from rase_common.clock import WallClock
@@ -140,7 +153,19 @@ def cmd_fog(args: argparse.Namespace) -> int:
     if args.config is None:
         print("rase fog: --config is required", file=sys.stderr)
         return 2
+    _event_level(args, "RASE_FOG_")
     return run_service(FogService(FogConfig.load(args.config)))
+
+
+def _event_level(args: argparse.Namespace, prefix: str) -> None:
+    """--event-level: the per-report stream, an explicit choice ([privacy] event_level = true, through the
+    environment so that a reloaded config keeps it)."""
+    import os
+
+    if getattr(args, "event_level", False):
+        os.environ[prefix + "PRIVACY__EVENT_LEVEL"] = "true"
+        print("event-level (--event-level): one report per period, each eps-DP on its own; no daily budget is "
+              "enforced or claimed (docs/privacy.md)", flush=True)
 
 
 def cmd_fog_release(args: argparse.Namespace) -> int:
@@ -239,6 +264,7 @@ def cmd_fusion(args: argparse.Namespace) -> int:
     from fusion_center.config import FusionConfig
     from fusion_center.service import FusionService
 
+    _event_level(args, "RASE_FUSION_")
     return run_service(FusionService(FusionConfig.load(args.config), config_path=args.config))
 
 
@@ -946,6 +972,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--fleet against a broker with one user per device (rase acl): each simulated device "
                         "connects as its own user with the password in DIR/<device> (e.g. secrets/passwords); "
                         "without it the fleet shares one connection and one login")
+    a.add_argument("--event-level", action="store_true",
+                   help="the per-report stream instead of the config's daily budget: one report per period, each "
+                        "eps-DP on its own, no daily guarantee ([privacy] event_level = true; docs/privacy.md)")
     a.set_defaults(func=cmd_agent)
 
     f = sub.add_parser("flash", help="build a MicroPython board bundle and copy it with mpremote",
@@ -988,6 +1017,9 @@ def build_parser() -> argparse.ArgumentParser:
     fg.add_argument("--config", type=Path,
                     help="the fog's TOML config (copy configs/fog.example.toml); RASE_FOG_... environment variables "
                          "override any field")
+    fg.add_argument("--event-level", action="store_true",
+                   help="the per-report stream instead of the config's daily budget: one report per period, each "
+                        "eps-DP on its own, no daily guarantee ([privacy] event_level = true; docs/privacy.md)")
     fg.set_defaults(func=cmd_fog)
     fga = fg.add_subparsers(dest="fog_action")
     rel = fga.add_parser("release", help="let quarantined devices' reports into windows again (a running fog "
@@ -1026,6 +1058,9 @@ def build_parser() -> argparse.ArgumentParser:
     fu.add_argument("--config", required=True, type=Path,
                     help="the fusion center's TOML config (copy configs/fusion.example.toml); RASE_FUSION_... "
                          "environment variables override any field; [precision] is watched for changes")
+    fu.add_argument("--event-level", action="store_true",
+                   help="the per-report stream instead of the config's daily budget: one report per period, each "
+                        "eps-DP on its own, no daily guarantee ([privacy] event_level = true; docs/privacy.md)")
     fu.set_defaults(func=cmd_fusion)
 
     bm = sub.add_parser("broker-metrics", help="serve Mosquitto's $SYS topics as Prometheus metrics",

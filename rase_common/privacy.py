@@ -83,13 +83,18 @@ class UnitPrivacy(BaseModel):
     devices together may spend `eps_day` per UTC day. `devices_per_unit` is
     how many of a unit's devices report in one release (9 for a REFIT
     house's appliances, 1 for a meter): a release costs the unit their eps
-    together. Without eps_day the deployment is event-level: each report is
-    eps-DP on its own and no daily guarantee is stated (an explicit choice,
-    labelled so in every aggregate)."""
+    together.
+
+    `event_level = true` (or no eps_day) is the per-report stream instead:
+    one report per period at the configured eps, each eps-DP on its own, no
+    daily budget enforced and none claimed; every aggregate says
+    "event-level" and what a unit's day then adds up to (`rase fog`, `rase
+    fusion` and `rase agent` take --event-level for it)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     unit: Literal["device", "household"] = "device"
     eps_day: float | None = Field(None, gt=0, le=1000)
     devices_per_unit: int = Field(1, ge=1, le=1000)
+    event_level: bool = False
 
     @model_validator(mode="after")
     def _one_device(self) -> "UnitPrivacy":
@@ -98,8 +103,9 @@ class UnitPrivacy(BaseModel):
         return self
 
     @property
-    def event_level(self) -> bool:
-        return self.eps_day is None
+    def enforced(self) -> bool:
+        """A daily budget is enforced (and claimed): eps_day set, not event-level."""
+        return self.eps_day is not None and not self.event_level
 
     def eps_per_report(self, releases_per_day: float) -> float:
         """Each device's eps per report so that the unit's releases of a day
@@ -138,7 +144,7 @@ def unit_guarantee(privacy: UnitPrivacy, eps_per_report: float, releases_per_day
     """The unit's guarantee when each of its devices spends eps_per_report per release."""
     per_release = eps_per_report * privacy.devices_per_unit
     return UnitGuarantee(privacy.unit, privacy.devices_per_unit, per_release, releases_per_day,
-                         per_release * releases_per_day, privacy.eps_day)
+                         per_release * releases_per_day, privacy.eps_day if privacy.enforced else None)
 
 
 
@@ -147,10 +153,14 @@ def eps_from_day(privacy: Any, window_s: float) -> float | None:
     and what one release covers: eps_day / (releases a day x devices per
     unit), rounded down to the ledger's unit, so that each party computes the
     same number from its own config (issue 28). None: event-level."""
+    unit = as_unit(privacy)
+    return None if unit is None or not unit.enforced else unit.eps_per_report(86400.0 / window_s)
+
+
+def as_unit(privacy: Any) -> UnitPrivacy | None:
     if privacy is None:
         return None
-    unit = privacy if isinstance(privacy, UnitPrivacy) else UnitPrivacy.model_validate(privacy)
-    return None if unit.eps_day is None else unit.eps_per_report(86400.0 / window_s)
+    return privacy if isinstance(privacy, UnitPrivacy) else UnitPrivacy.model_validate(privacy)
 
 
 def stated_or(name: str, stated: Any, eps: float) -> float:

@@ -56,6 +56,11 @@ class Role:
         return None
 
     @classmethod
+    def per_report(cls, table: dict) -> dict:
+        """The role's raw table for the event-level stream (one report per period): no interval product."""
+        return table
+
+    @classmethod
     def with_eps_per_report(cls, table: dict, eps: float) -> dict:
         """The role's raw table with its own eps per report set from the privacy unit's day (issue 28):
         the host computes eps from its own [privacy] (rase_common.privacy.eps_from_day)."""

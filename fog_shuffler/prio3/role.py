@@ -72,6 +72,16 @@ class LeaderRole(ReportRole):
         return float(product_period_s(params.get("product", "per-t"), period_s, params.get("interval_s")))
 
     @classmethod
+    def per_report(cls, table: dict) -> dict:
+        params = table.get("params")
+        if params is None:
+            return table
+        params = dict(params.model_dump() if hasattr(params, "model_dump") else params)
+        if params.get("product") == "interval":
+            params.update(product="per-t", interval_s=None)
+        return {**table, "params": params}
+
+    @classmethod
     def with_eps_per_report(cls, table: dict, eps: float) -> dict:
         params = table.get("params")
         if params is None:

@@ -112,6 +112,18 @@ class ControlMessage(BaseModel):
         return float(raw.get("interval_s") or period)
 
     @staticmethod
+    def per_report(raw: dict) -> dict:
+        """A raw message as the event-level stream: one report per period (no interval product)."""
+        out = {**raw, "interval_s": None}
+        prio3 = raw.get("prio3")
+        if prio3:
+            prio3 = dict(prio3.model_dump() if isinstance(prio3, BaseModel) else prio3)
+            if prio3.get("product") == "interval":
+                prio3.update(product="per-t", interval_s=None)
+            out["prio3"] = prio3
+        return out
+
+    @staticmethod
     def with_eps_per_report(raw: dict, eps: float) -> dict:
         """A raw message with its eps menu (and prio3 dp_eps) set to eps (a party's own, from its daily
         budget: rase_common.privacy.eps_from_day); ValueError if it states another."""
