@@ -166,6 +166,9 @@ class _FogConfig(TomlSettings):
     # control message says otherwise (the secure mode's leader: its [prio3.params] interval_s, its own).
     interval_s: float | None = Field(None, gt=0, le=86400)
     speedup: float = Field(1.0, gt=0)   # simulated clocks only
+    # Simulated clocks only: (simulated unix time, the wall-clock unix time it reads it at); every
+    # process given the same anchor reads the same simulated time (None: it starts at the wall clock).
+    sim_clock_anchor: tuple[float, float] | None = None
     lateness_periods: int = Field(1, ge=0)     # a window closes this many periods after its t ends
     # Late data: a report whose window closed, within this long after its t
     # ended, goes into a late batch for that t (forwarded once it has k_min

@@ -75,6 +75,7 @@ class FogContext:
     link: MqttLink | None = None
     forward_sink: Sink | None = None     # where windows go, once open
     protocol_listeners: list[Callable[[], None]] = field(default_factory=list)   # a control change happened
+    receipts: Any = None                 # fog_shuffler.receipts.Receipts (None: receipts off)
     unconfirmed: Any = None              # forwarded windows the fusion center has not confirmed (window_receipts)
     # Every control message's outcome: None (followed or unchanged) or the ProtocolError that refused it
     # (issue 26: the Prio3 leader alarms on a refusal for other prio3 params).

@@ -47,6 +47,7 @@ class Receipts:
         self.devices = devices          # device -> its region: receipts only ever go to registered devices
         self.every_s = every_s
         self._kept: dict[tuple[str, str], list[tuple[int, bool]]] = {}   # (region, device) -> (t, late)
+        self._staged: list[tuple[tuple[str, str], int, bool]] = []        # the batch being taken
         self.sent = 0                   # receipt messages handed to the broker
         self.late_told = 0              # late reports the devices were told of
 
@@ -59,6 +60,19 @@ class Receipts:
         if t is None or where is None or self.devices.get(where[1]) != where[0]:
             return
         self._kept.setdefault(where, []).append((t, late))
+
+    def stage(self, region: str, device: str, t: int, late: bool) -> None:
+        """A report a role took from a batch not yet committed (commit_staged / drop_staged decide):
+        its region, device and t are already known, so nothing is parsed again."""
+        self._staged.append(((region, device), t, late))
+
+    def commit_staged(self) -> None:
+        for key, t, late in self._staged:
+            self._kept.setdefault(key, []).append((t, late))
+        self._staged = []
+
+    def drop_staged(self) -> None:
+        self._staged = []
 
     def note_payload(self, topic: str, payload: bytes, *, late: bool = False) -> None:
         """A report the committed batch decided (taken, a repeat, too late, or rejected: the feedback says

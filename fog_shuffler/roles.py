@@ -103,6 +103,7 @@ class FogRoles:
         self.receipts = Receipts({d: r for r, rc in cfg.regions.items() for d in rc.all_devices()},
                                  every_s=cfg.receipt_every_s)
         self.receipts_due = Wakeup()
+        ctx.receipts = self.receipts if cfg.receipt_every_s > 0 else None
         self.quarantine: Quarantine | None = None
         self.reports_taken = 0
 
@@ -208,9 +209,11 @@ class FogRoles:
         except BaseException:
             for role in self.all:
                 role.rolled_back()
+            self.receipts.drop_staged()
             raise
         for role in self.all:
             role.committed()
+        self.receipts.commit_staged()
         self._count(after)
         self._note_receipts(after)
         return [m for *_, m in after]
@@ -220,10 +223,10 @@ class FogRoles:
         late, or rejected), so it keeps none of them any longer (fog_shuffler.receipts)."""
         if self.ctx.cfg.receipt_every_s <= 0:
             return
-        for reason, _detail, outcome, msg in after:
-            if reason == "retained" or not msg.topic.startswith(topics.REPORTS_PREFIX):
-                continue
-            self.receipts.note_payload(msg.topic, msg.payload, late=outcome is Outcome.LATE)
+        for reason, _detail, _outcome, msg in after:
+            # Taken reports were staged by their role (their t known); a rejected one's t is read here.
+            if reason is not None and reason != "retained" and msg.topic.startswith(topics.REPORTS_PREFIX):
+                self.receipts.note_payload(msg.topic, msg.payload)
         if len(self.receipts):
             self.receipts_due.set()
 

@@ -26,7 +26,7 @@ from fog_shuffler.journal import Journal
 from fog_shuffler.metrics import FogMetrics
 from fog_shuffler.roles import FogRoles, new_context
 from rase_common.channels import Sink, Source
-from rase_common.clock import ScaledClock, SteadyClock, WallClock
+from rase_common.clock import ScaledClock, SteadyClock
 from rase_common.errors import StorageError
 from rase_common.loop import Wakeup, Wakeups, seconds_to_next_boundary
 from rase_common.mqtt import MqttLink, MqttSource
@@ -44,7 +44,8 @@ class FogService(Service):
                  metrics: FogMetrics | None = None):
         self.cfg = cfg
         # Lateness and merge deadlines are judged on time a wall-clock step cannot move (SteadyClock).
-        self.clock = clock or (SteadyClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
+        self.clock = clock or (SteadyClock() if cfg.speedup == 1
+                               else ScaledClock.anchored(cfg.sim_clock_anchor, cfg.speedup))
         self.ctx = new_context(cfg, self.clock, metrics or FogMetrics(), source=source, sink=sink, now_t=self.now_t)
         self.arrived = Wakeup()
         self.wakeup = Wakeups(self.arrived, self.ctx.due)   # a driver moved a manual clock: look again

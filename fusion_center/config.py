@@ -70,6 +70,8 @@ class _FusionConfig(TomlSettings):
     metrics_host: str = "127.0.0.1"       # 0.0.0.0 in a container
     tick_s: float = Field(0.05, gt=0)
     speedup: float = Field(1.0, gt=0)
+    # Simulated clocks only: (simulated unix time, the wall-clock unix time it reads it at), as the fog's.
+    sim_clock_anchor: tuple[float, float] | None = None
     precision: ControlMessage = ControlMessage()
     # binary only: sets precision.eps_levels. Claimed per aggregate only where every window was uniformly
     # shuffled and states a central eps within it (fusion_center.ldp.context): a Mallows fog cannot deliver it.

@@ -25,7 +25,7 @@ from fusion_center.roles import FusionRoles
 from fusion_center.store import AggregateStore
 from fusion_center.transport import fusion_link
 from rase_common.channels import Source
-from rase_common.clock import ScaledClock, SteadyClock, WallClock
+from rase_common.clock import ScaledClock, SteadyClock
 from rase_common.errors import Backoff, Outage, StorageError
 from rase_common.kafka import KafkaSource
 from rase_common.loop import Wakeup
@@ -44,7 +44,8 @@ class FusionService(Service):
                  source: Source | None = None, metrics: FusionMetrics | None = None):
         self.cfg = cfg
         # Lateness and merge deadlines are judged on time a wall-clock step cannot move (SteadyClock).
-        clock = clock or (SteadyClock() if cfg.speedup == 1 else ScaledClock(WallClock().now(), cfg.speedup))
+        clock = clock or (SteadyClock() if cfg.speedup == 1
+                               else ScaledClock.anchored(cfg.sim_clock_anchor, cfg.speedup))
         metrics = metrics or FusionMetrics()
         self.ctx = FusionContext(
             cfg=cfg, clock=clock, metrics=metrics, history=EstimateHistory(tuple(cfg.windows_w)),

@@ -31,6 +31,15 @@ class ScaledClock:
     def now(self) -> float:
         return self.start_unix + (time.monotonic() - self._m0) * self.speedup
 
+    @classmethod
+    def anchored(cls, anchor: tuple[float, float] | None, speedup: float) -> "ScaledClock":
+        """A scaled clock that reads anchor[0] at the wall-clock time anchor[1]: processes given
+        the same anchor read the same simulated time (None: it starts at the wall clock now)."""
+        if anchor is None:
+            return cls(WallClock().now(), speedup)
+        sim, wall = anchor
+        return cls(sim + (WallClock().now() - wall) * speedup, speedup)
+
     async def sleep_until(self, unix_s: float) -> None:
         await asyncio.sleep(max(0.0, (unix_s - self.now()) / self.speedup))
 

@@ -45,6 +45,8 @@ class LdpReports(ReportRole):
         ctx.screen.screen(rep)
         ctx.budget.check(rep)
         outcome = ctx.windows.add(rep, now_t)
+        if ctx.receipts is not None:      # the device hears of it once the batch is committed
+            ctx.receipts.stage(rep.region, rep.device, rep.t, outcome is Outcome.LATE)
         if outcome is Outcome.ACCEPTED:
             ctx.budget.charge(rep)
             self._rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0, rep.mechanism))

@@ -134,6 +134,8 @@ class LeaderRole(ReportRole):
         ctx.screen.screen(rep)
         ctx.budget.check(rep)
         outcome = ctx.windows.add(rep, now_t)
+        if ctx.receipts is not None:      # the device hears of it once the batch is committed
+            ctx.receipts.stage(rep.region, rep.device, rep.t, outcome is Outcome.LATE)
         if outcome is Outcome.ACCEPTED:
             ctx.budget.charge(rep)
             assert isinstance(rep, Prio3Accepted)

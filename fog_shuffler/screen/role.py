@@ -29,6 +29,11 @@ class ScreenRole(Role, Screen):
         self.device_screen = DeviceScreen(own, d.false_alarm_per_device_day, ctx.metrics.devices_quarantined,
                                     checkpoint_s=d.checkpoint_s)
         ctx.protocol_listeners.append(lambda: self.device_screen.follow(ctx.gate.current))
+        # The report roles call these once a report: the detector's own methods, one call each.
+        self.screen = self.device_screen.screen  # type: ignore[method-assign]
+        follower = ctx.gate.follower
+        observe = self.device_screen.observe
+        self.observe = lambda rep: observe(rep, follower)  # type: ignore[method-assign]
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         journal = self.ctx.journal

@@ -37,6 +37,16 @@ ATTACKER, LIAR = "plugx", "plugy"
 FIFTEEN_MINUTES = int(15 * 60 / PERIOD)      # 112 periods
 
 
+def noon_anchor() -> tuple[float, float]:
+    """Every process's simulated clock reads today's 12:00 UTC now: the test's simulated hour never
+    crosses a UTC day, where the detector's per-day statistics start again (a run at 23:50 UTC failed)."""
+    wall = time.time()
+    return (wall // 86400) * 86400 + 43200.0, wall
+
+
+ANCHOR = noon_anchor()
+
+
 def metrics(port: int) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
@@ -49,6 +59,7 @@ def write_configs(tmp_path: Path, broker_port: int, metrics_port: int) -> tuple[
     fog.write_text(f"""name = "poison"
 period_s = {PERIOD}
 speedup = {SPEEDUP}
+sim_clock_anchor = [{ANCHOR[0]}, {ANCHOR[1]}]
 lateness_periods = 60
 k_min = 10
 device_mechanism = "duchi"
@@ -67,6 +78,7 @@ regions = ["r1"]
 merge_deadline_s = 1000
 bootstrap_b = 100
 speedup = {SPEEDUP}
+sim_clock_anchor = [{ANCHOR[0]}, {ANCHOR[1]}]
 store_path = "{tmp_path / 'fusion.sqlite'}"
 [precision]
 mechanism = "duchi"
@@ -95,14 +107,13 @@ def stop(proc: subprocess.Popen) -> None:
 
 class Devices:
     """The registered devices, one paho client publishing for all of them,
-    on a clock that runs with the fog's (started when the fog subscribed, so
-    it is at most a few periods behind; the fog accepts 60 late)."""
+    on the fog's simulated clock (the same anchor)."""
 
     def __init__(self, port: int):
         self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
         self.c.connect("127.0.0.1", port)
         self.c.loop_start()
-        self.clock = ScaledClock(time.time(), SPEEDUP)
+        self.clock = ScaledClock.anchored(ANCHOR, SPEEDUP)
         self.rng = np.random.default_rng(8)
         self.setting = Setting()
         self.low, self.top = (float(v) for v in mechanism("duchi").device_values(self.setting.calibration, 1.0))

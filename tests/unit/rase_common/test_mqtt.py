@@ -307,3 +307,21 @@ def test_an_mqtt5_link_hears_the_broker_refuse_a_publish(tmp_path):
         asyncio.run(run())
     finally:
         broker.stop()
+
+
+@pytest.mark.parametrize("protocol", [mqtt.MQTTv311, mqtt.MQTTv5])
+def test_qos0_packets_are_the_bytes_paho_writes(protocol):
+    """publish_qos0's one write holds, for each note, the PUBLISH paho's own publish(qos=0) builds
+    (a long payload too: a two-byte remaining length)."""
+    from rase_common.mqtt import qos0_packets
+
+    notes = [("rase/v1/feedback/r1/d1", '{"v":1,"kept":[5],"late":0}'), ("rase/v1/feedback/r1/d2", "x" * 300),
+             ("rase/v1/feedback/r1/dé", b"\x00\x01")]
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=protocol)
+    written = bytearray()
+    c._sock = object()                                   # paho builds the packet only for a connected socket
+    c._packet_queue = lambda command, packet, mid, qos, info=None: written.extend(packet)
+    for topic, payload in notes:
+        c._send_publish(0, topic.encode(), payload.encode() if isinstance(payload, str) else payload, qos=0)
+    n, ours = qos0_packets(notes, mqtt5=protocol == mqtt.MQTTv5)
+    assert n == 3 and bytes(ours) == bytes(written)
