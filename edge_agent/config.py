@@ -88,6 +88,48 @@ class BoardConfig(BaseModel):
         return self
 
 
+class PrivacyConfig(BaseModel):
+    """The privacy unit this device belongs to and the unit's budget per UTC
+    day (docs/privacy.md, issue 28). `unit = "device"`: the device is the unit;
+    `"household"`: the device is one of a household's devices (or its one
+    whole-house meter), and `share` is its part of the household's eps_day.
+    The ledger then allows eps_day x share per day, renewed at midnight UTC,
+    and refuses the report that would overspend it in every mode.
+
+    With `event_level = true` (`rase agent --event-level`), or without
+    eps_day, the device is **event-level**: each report is eps-DP on its own
+    and the ledger (budget_eps per budget_period_s) is only a cap against
+    runaway devices, not a daily guarantee; its status says so."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    unit: Literal["device", "household"] = "device"
+    household: str | None = None          # the household's name (default: this device's id)
+    eps_day: float | None = Field(None, gt=0, le=1000)
+    share: float = Field(1.0, gt=0, le=1)
+    event_level: bool = False
+
+    @property
+    def enforced(self) -> bool:
+        return self.eps_day is not None and not self.event_level
+
+    @field_validator("household")
+    @classmethod
+    def _topic_safe(cls, v: str | None) -> str | None:
+        return None if v is None else wire.check_name("household", v)
+
+    @model_validator(mode="after")
+    def _unit(self) -> "PrivacyConfig":
+        if self.unit == "device" and (self.household is not None or self.share != 1.0):
+            raise ValueError("privacy.household and privacy.share are for unit = \"household\"")
+        if self.eps_day is None and self.share != 1.0 and not self.event_level:
+            raise ValueError("privacy.share splits an eps_day: set privacy.eps_day")
+        return self
+
+    def device_dict(self, device: str) -> dict:
+        """What the device core keeps (rase_device.core.AgentCore.privacy)."""
+        return {"unit": self.unit, "household": self.household or device,
+                "eps_day": self.eps_day if self.enforced else None, "share": self.share}
+
+
 class AgentConfig(TomlSettings):
     model_config = SettingsConfigDict(env_prefix="RASE_AGENT_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
@@ -119,6 +161,22 @@ class AgentConfig(TomlSettings):
     source: SourceConfig | None = None     # required to run (edge_agent.sources); boards read `sensor.py`
     policy: ControlPolicy = ControlPolicy()
     board: BoardConfig = BoardConfig()
+    # The unit and its daily budget; without [privacy] eps_day the device is event-level (budget_eps a cap).
+    privacy: PrivacyConfig = PrivacyConfig()
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> "AgentConfig":
+        if self.privacy.enforced and {"budget_eps", "budget_period_s"} & self.model_fields_set:
+            raise ValueError("privacy.eps_day sets the ledger's budget (eps_day x share per UTC day): "
+                             "leave budget_eps and budget_period_s out")
+        return self
+
+    def ledger_budget(self) -> tuple[float, float]:
+        """(eps, per seconds) the device's ledger allows: the unit's daily share, or the event-level cap."""
+        if self.privacy.enforced:
+            assert self.privacy.eps_day is not None
+            return self.privacy.eps_day * self.privacy.share, 86400.0
+        return self.budget_eps, self.budget_period_s
 
     @field_validator("mechanism")
     @classmethod
@@ -134,7 +192,8 @@ class AgentConfig(TomlSettings):
         """The JSON config a board reads from /rase_config.json."""
         return {
             "device": self.device, "region": self.region, "eps": self.eps,
-            "budget_eps": self.budget_eps, "budget_period_s": self.budget_period_s,
+            "budget_eps": self.ledger_budget()[0], "budget_period_s": self.ledger_budget()[1],
+            "privacy": self.privacy.device_dict(self.device),
             "period_s": self.period_s, "epoch0": self.epoch0,
             "ledger_path": "rase_ledger.json",   # beside main.py, in the board's root folder
             "outbox_capacity": min(self.outbox_capacity, 64), "confirm_timeout_s": self.confirm_timeout_s,

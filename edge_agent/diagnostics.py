@@ -17,6 +17,7 @@ import threading
 import time
 
 from rase_device.core import AgentCore
+from rase_device.ledger import utc_text
 from rase_device.randomizer import EPS_UNITS
 
 # States this watch explains; a refused control message and an unwritable
@@ -51,8 +52,15 @@ def problem_line(status: str, cores: list[AgentCore]) -> str:
                 f"{min(core.eps_levels):g} in the agent's config, or add a level <= {core.eps_max:g} to the menu")
     if status == "budget_exhausted":
         led = core.ledger
+        renews = f" (it renews at {utc_text(core.renews_at)})" if core.renews_at is not None else ""
+        unit = core.privacy
+        if unit.get("eps_day") is not None:
+            whose = (f"{its} share {unit['share']:g} of household {unit['household']}'s eps {unit['eps_day']:g} "
+                     "per day" if unit["unit"] == "household" else f"{its} eps {unit['eps_day']:g} per day")
+            return f"{who} {sends} nothing more today: {whose} is spent{renews} ([privacy] eps_day)"
         return (f"{who} {sends} nothing until the next budget period: {its} budget of "
-                f"{led.budget_units / EPS_UNITS:g} eps per {led.period_s:g} s is spent (budget_eps, budget_period_s)")
+                f"{led.budget_units / EPS_UNITS:g} eps per {led.period_s:g} s is spent{renews} "
+                "(budget_eps, budget_period_s)")
     if status in ("ledger_unreadable", "ledger_unwritable"):
         verb = "read" if status == "ledger_unreadable" else "written"
         return f"{who} {sends} nothing: {its} budget ledger {core.ledger.path} cannot be {verb} (it fails closed)"

@@ -25,11 +25,13 @@ STATUS_EVERY_REPORTS = 100   # the retained status (with made / delivered counts
 
 def build_core(cfg: AgentConfig, bits: RandomBits | None = None) -> AgentCore:
     Path(cfg.ledger_path).parent.mkdir(parents=True, exist_ok=True)
-    ledger = BudgetLedger(str(cfg.ledger_path), cfg.budget_eps, cfg.budget_period_s, cfg.ledger_reserve_reports)
+    budget_eps, budget_period_s = cfg.ledger_budget()
+    ledger = BudgetLedger(str(cfg.ledger_path), budget_eps, budget_period_s, cfg.ledger_reserve_reports)
     return AgentCore(device=cfg.device, region=cfg.region, eps=cfg.eps, ledger=ledger,
                      calibration=cfg.calibration.build(), period_s=cfg.period_s, epoch0=cfg.epoch0,
                      bits=bits, outbox_capacity=cfg.outbox_capacity, policy=cfg.policy.build(cfg.period_s),
-                     mechanism=cfg.mechanism, confirm_s=cfg.confirm_timeout_s)
+                     mechanism=cfg.mechanism, confirm_s=cfg.confirm_timeout_s,
+                     privacy=cfg.privacy.device_dict(cfg.device))
 
 
 class AgentService(Service):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -17,11 +17,16 @@ from fog_shuffler.shuffle.relationship import RelationshipGraph
 from fog_shuffler.shuffle.robust_shuffler import PROTECTIVE_ALPHA, PROTECTIVE_DELTA_MAX_FACTOR, ShuffleParams
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
+from rase_common.privacy import UnitPrivacy, as_unit, eps_from_day, stated_or
 from rase_common.protocol.control import ControlPolicy
 from rase_common.role import role_classes
 from rase_common.settings import TomlSettings, with_role_tables
 
 REFIT_APPLIANCES = 9
+
+
+def _raw(table: object) -> dict:
+    return table.model_dump(exclude_unset=True) if isinstance(table, BaseModel) else dict(table)  # type: ignore[call-overload]
 
 
 class RegionConfig(BaseModel):
@@ -34,13 +39,34 @@ class RegionConfig(BaseModel):
     edges: list[tuple[str, str]] = []
     refit_houses: list[int] = []
     refit_clones: int = Field(1, ge=1)   # simulator fleets: copies h{h}c{c}a{K}
+    # Each REFIT house (clone) as its whole-house meter h{h}agg (h{h}c{c}agg) instead of its nine appliances.
+    refit_meters: bool = False
+    # The privacy unit "household" (issue 28): named groups of devices. A REFIT house's appliances (or
+    # its meter) are household h{h} (h{h}c{c}); a device in no household is its own.
+    households: dict[str, list[str]] = {}
 
-    def all_groups(self) -> list[list[str]]:
-        out = [list(g) for g in self.groups]
+    def _refit_houses(self) -> list[tuple[str, list[str]]]:
+        """(household name, its devices) of each REFIT house and clone listed."""
+        out = []
         for h in self.refit_houses:
             for c in range(self.refit_clones):
                 prefix = f"h{h}" if self.refit_clones == 1 else f"h{h}c{c}"
-                out.append([f"{prefix}a{k}" for k in range(1, REFIT_APPLIANCES + 1)])
+                devices = [f"{prefix}agg"] if self.refit_meters else [f"{prefix}a{k}" for k in
+                                                                          range(1, REFIT_APPLIANCES + 1)]
+                out.append((prefix, devices))
+        return out
+
+    def all_groups(self) -> list[list[str]]:
+        out = [list(g) for g in self.groups]
+        if not self.refit_meters:
+            out += [devices for _, devices in self._refit_houses()]
+        return out
+
+    def household_of(self) -> dict[str, str]:
+        """device -> its household's name, for every device in one."""
+        out = {d: name for name, devices in self._refit_houses() for d in devices}
+        for name, devices in self.households.items():
+            out.update({d: name for d in devices})
         return out
 
     def all_devices(self) -> set[str]:
@@ -49,6 +75,10 @@ class RegionConfig(BaseModel):
             devs.update(g)
         for a, b in self.edges:
             devs.update((a, b))
+        for _, devices in self._refit_houses():
+            devs.update(devices)
+        for devices in self.households.values():
+            devs.update(devices)
         return devs
 
     def graph(self) -> RelationshipGraph:
@@ -56,8 +86,19 @@ class RegionConfig(BaseModel):
 
     @model_validator(mode="after")
     def _names(self) -> "RegionConfig":
-        for d in self.all_devices():
+        devices = self.all_devices()
+        for d in devices:
             wire.check_name("device", d)
+        seen: dict[str, str] = {}
+        for name, members in [*self._refit_houses(), *self.households.items()]:
+            wire.check_name("household", name)
+            if name in devices and name not in members:
+                raise ValueError(f"household {name} has the name of another device (a device in no household "
+                                 "is its own household)")
+            for d in members:
+                if seen.get(d, name) != name:
+                    raise ValueError(f"device {d} is in households {seen[d]} and {name}")
+                seen[d] = name
         return self
 
 
@@ -121,6 +162,9 @@ class _FogConfig(TomlSettings):
     regions: dict[str, RegionConfig]
     period_s: float = Field(8.0, gt=0)
     epoch0: float = 0.0
+    # An interval product (issue 28): one report per device and one window per interval_s, until the
+    # control message says otherwise (the secure mode's leader: its [prio3.params] interval_s, its own).
+    interval_s: float | None = Field(None, gt=0, le=86400)
     speedup: float = Field(1.0, gt=0)   # simulated clocks only
     # Simulated clocks only: (simulated unix time, the wall-clock unix time it reads it at); every
     # process given the same anchor reads the same simulated time (None: it starts at the wall clock).
@@ -164,8 +208,41 @@ class _FogConfig(TomlSettings):
     privacy_delta: float = Field(1e-6, gt=0, lt=0.01)   # delta of the per-window amplification statement
     sink: Literal["mqtt", "kafka"] = "mqtt"   # where windows go: rase/v1/windows/{region} or Kafka
     kafka: KafkaConfig = KafkaConfig()
+    # The privacy unit and its daily budget (issue 28): with eps_day the fog refuses (and counts) the
+    # reports that would take a unit's devices together past it in a UTC day (fog_shuffler.budget), and
+    # its own eps_levels (and [prio3.params] dp_eps) are computed from it; without it, event-level.
+    privacy: UnitPrivacy = UnitPrivacy()
     # Each role's own table (the secure mode's leader: [prio3]) is a field too, added from the
     # registry's roles below (rase_common.settings.with_role_tables).
+
+    @model_validator(mode="before")
+    @classmethod
+    def _eps_from_day(cls, data: Any) -> Any:
+        """eps_levels (and each role's own eps) from [privacy] eps_day over the day's releases: the
+        interval's, or what a role's own table says one release covers (its product)."""
+        if not isinstance(data, dict) or data.get("privacy") is None:
+            return data
+        tables_all = [role for role in role_classes("fog") if role.config_key and data.get(role.config_key)]
+        unit = as_unit(data.get("privacy"))
+        if unit is not None and unit.event_level:          # the per-report stream: an explicit choice
+            out = {**data, "interval_s": None}
+            for role in tables_all:
+                out[role.config_key] = role.per_report(_raw(data[role.config_key]))
+            return out
+        period = float(data.get("period_s", 8.0))
+        window = float(data.get("interval_s") or period)
+        tables = {role.config_key: role for role in role_classes("fog") if role.config_key and
+                  data.get(role.config_key) is not None}
+        raw = {key: _raw(data[key]) for key in tables}
+        for key, role in tables.items():
+            window = role.own_window_s(raw[key], period) or window
+        eps = eps_from_day(data.get("privacy"), window)
+        if eps is None:
+            return data
+        out = {**data, "eps_levels": [stated_or("eps_levels", data.get("eps_levels"), eps)]}
+        for key, role in tables.items():
+            out[key] = role.with_eps_per_report(raw[key], eps)
+        return out
 
     @field_validator("regions")
     @classmethod

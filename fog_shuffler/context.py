@@ -43,6 +43,17 @@ class Screen:
         """Score an accepted local-DP report."""
 
 
+class Budget:
+    """What report roles ask of the privacy unit's daily budget
+    (fog_shuffler.budget): this one checks nothing (no [privacy] eps_day)."""
+
+    def check(self, rep: Accepted) -> None:
+        """Raise Rejected("unit_budget_exceeded") when the report would take its unit past its day's budget."""
+
+    def charge(self, rep: Accepted) -> None:
+        """Charge an accepted report to its unit's day (written with the batch)."""
+
+
 @dataclass
 class FogContext:
     cfg: FogConfig
@@ -59,6 +70,7 @@ class FogContext:
     source: Source | None = None         # a test's own (else the MQTT link's)
     sink: Sink | None = None             # a test's own (else the configured one)
     screen: Screen = field(default_factory=Screen)
+    budget: Budget = field(default_factory=Budget)
     journal: Journal | None = None       # set by the host's open()
     link: MqttLink | None = None
     forward_sink: Sink | None = None     # where windows go, once open

@@ -45,6 +45,7 @@ class Protocol:
     # The mechanism's own table of the control message (the secure mode's Prio3 params: kind, product,
     # dp_eps, key id), parsed by its registry entry (rase_common.mechanisms: params_of).
     mode_params: Any = None
+    interval_s: float | None = None        # an interval product: one report (and window) per interval (issue 28)
 
     @classmethod
     def from_control(cls, msg: dict, current: "Protocol") -> "Protocol":
@@ -58,7 +59,8 @@ class Protocol:
                    on_above=float(msg.get("on_above", DEFAULT_ON_ABOVE)),
                    bands=tuple(msg.get("bands", DEFAULT_BANDS)), since_t=msg.get("since_t"),
                    previous_period_s=msg.get("previous_period_s"), previous_epoch0=msg.get("previous_epoch0"),
-                   mode_params=mechanism(msg.get("mechanism", DEFAULT_MECHANISM)).params_of(msg))
+                   mode_params=mechanism(msg.get("mechanism", DEFAULT_MECHANISM)).params_of(msg),
+                   interval_s=msg.get("interval_s"))
 
     def differences(self, other: "Protocol") -> dict[str, tuple]:
         """field -> (self's value, other's value) where they differ."""
@@ -67,15 +69,16 @@ class Protocol:
 
     @property
     def window_period_s(self) -> float:
-        """What one window covers: the period, or the mechanism's product (e.g. an hour or a day)."""
+        """What one window covers: the period, an interval product's interval, or the mechanism's product
+        (e.g. a prio3 hour, day or interval)."""
         of = getattr(self.mode_params, "window_period_s", None)
-        return of(self.period_s) if of is not None else self.period_s
+        return of(self.period_s) if of is not None else (self.interval_s or self.period_s)
 
     @property
     def schedule(self) -> Schedule:
-        """The windows' schedule. A prio3 hourly or daily product's windows are
-        its hours or days, on epoch0's grid (a schedule change applies to the
-        reporting period only)."""
+        """The windows' schedule. An interval product's windows (and a prio3
+        hourly or daily product's) are its intervals, on epoch0's grid (a
+        schedule change applies to the reporting period only)."""
         if self.window_period_s != self.period_s:
             return Schedule(self.window_period_s, self.epoch0)
         return from_control({"period_s": self.period_s, "epoch0": self.epoch0, "since_t": self.since_t,

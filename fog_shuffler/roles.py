@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fog_shuffler.budget import BudgetRole
 from fog_shuffler.config import FogConfig
 from fog_shuffler.context import FogContext
 from fog_shuffler.control import ControlFollower
@@ -44,7 +45,7 @@ log = logging.getLogger("fog_shuffler.service")
 
 def own_protocol(cfg: FogConfig) -> Protocol:
     """The fog's own protocol parameters (its config), until a control message says otherwise."""
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"interval_s": cfg.interval_s}
     for cls in role_classes("fog"):
         if issubclass(cls, ReportRole):
             extra.update(cls.own_params(cfg))
@@ -85,10 +86,15 @@ class FogRoles:
         screen = ScreenRole(ctx, ctx.gate.current) if cfg.detection.enabled else None
         if screen is not None:
             ctx.screen = screen
+        # The privacy unit's day (issue 28): with [privacy] eps_day, a unit's devices together stay within it.
+        budget = BudgetRole(ctx) if cfg.privacy.enforced else None
+        if budget is not None:
+            ctx.budget = budget
         # The screen writes last in a batch's transaction: its alarms delete the reports just written.
         # Windows stay unconfirmed until the fusion center's receipt (issue 29), with the MQTT sink.
         confirm = [WindowReceiptsRole(ctx)] if cfg.window_confirm_s > 0 and cfg.sink == "mqtt" else []
-        self.all: list[Role] = [ControlFollower(ctx), *confirm, *self.reports, *([screen] if screen else [])]
+        self.all: list[Role] = [ControlFollower(ctx), *confirm, *self.reports, *([budget] if budget else []),
+                                *([screen] if screen else [])]
         for role in self.all:
             ctx.metrics.add_reasons(role.reasons)
         self.closer = WindowCloser(ctx, self.reports)

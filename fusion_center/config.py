@@ -10,6 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from rase_device import wire
 from rase_common.mechanisms import DEFAULT_MECHANISM, mechanism
+from rase_common.privacy import UnitPrivacy, as_unit, eps_from_day
 from rase_common.protocol.control import ControlMessage
 from rase_common.kafka import KafkaConfig
 from rase_common.mqtt import BrokerConfig
@@ -86,8 +87,25 @@ class _FusionConfig(TomlSettings):
     home_assistant_discovery: bool = True       # a retained device config on <discovery_prefix>/device/...
     discovery_prefix: str = "homeassistant"
     kafka: KafkaConfig = KafkaConfig()
+    # The privacy unit and its daily budget (issue 28): with eps_day, [precision] eps_levels (and
+    # prio3.dp_eps) are computed from it over the day's releases; without it, event-level (labelled).
+    privacy: UnitPrivacy = UnitPrivacy()
     # Each role's own table (the secure mode's helper: [prio3]) is a field too, added from the
     # registry's roles below (rase_common.settings.with_role_tables).
+
+    @model_validator(mode="before")
+    @classmethod
+    def _eps_from_day(cls, data: Any) -> Any:
+        """[precision] eps_levels (and the mechanism's own eps) from [privacy] eps_day over the day's releases."""
+        if not isinstance(data, dict):
+            return data
+        raw = data.get("precision", {})
+        raw = raw.model_dump(exclude_unset=True) if isinstance(raw, BaseModel) else dict(raw)
+        unit = as_unit(data.get("privacy"))
+        if unit is not None and unit.event_level:          # the per-report stream: an explicit choice
+            return {**data, "precision": ControlMessage.per_report(raw)}
+        eps = eps_from_day(data.get("privacy"), ControlMessage.window_seconds_of(raw))
+        return data if eps is None else {**data, "precision": ControlMessage.with_eps_per_report(raw, eps)}
 
     @model_validator(mode="after")
     def _roles(self) -> "_FusionConfig":

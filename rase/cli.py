@@ -48,7 +48,19 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from edge_agent.service import AgentService
     from rase_common.privacy import privacy_over_time
 
+    _event_level(args, "RASE_AGENT_")
     cfg = AgentConfig.load(args.config)
+    unit = cfg.privacy
+    if unit.enforced:
+        whose = (f"household {unit.household or cfg.device}'s eps {unit.eps_day:g} a UTC day, this device's share "
+                 f"{unit.share:g} (eps {cfg.ledger_budget()[0]:.4g})" if unit.unit == "household" else
+                 f"eps {unit.eps_day:g} a UTC day")
+        print(f"privacy unit: {unit.unit}; budget: {whose}; a report that would overspend it is not made "
+              "(budget_exhausted, until midnight UTC)", flush=True)
+    else:
+        print(f"privacy: event-level ({'--event-level' if unit.event_level else 'no [privacy] eps_day'}): each "
+              f"report is eps-DP on its own, no daily budget (the ledger caps eps {cfg.budget_eps:g} per "
+              f"{cfg.budget_period_s:g} s)", flush=True)
     if args.fleet is not None:
         from simulators.local_fleet import MAX_FLEET, LocalFleetService
 
@@ -57,7 +69,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
                   f"got {args.fleet}", file=sys.stderr)
             return 2
         print(f"a local fleet of {args.fleet} simulated devices (REFIT replays, not live sensors), each spending "
-              f"eps {cfg.eps:g} per report; a fog forwards a timestamp's window only when at least k_min "
+              f"at most eps {cfg.eps:g} per report; a fog forwards a timestamp's window only when at least k_min "
               "(10 by default) devices reported for it", flush=True)
         if args.passwords is not None and not args.passwords.is_dir():
             print(f"rase agent: --passwords {args.passwords}: not a folder (it holds one password file per "
@@ -69,9 +81,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
         print("rase agent: --passwords is for --fleet; one agent takes [broker] username and password_file",
               file=sys.stderr)
         return 2
-    for line in privacy_over_time(cfg.eps, cfg.period_s, cfg.budget_period_s / 3600).lines():
-        print(line + ("" if "privacy over" not in line else " (at the configured eps and period; "
-                      "the fusion center's control message may lower them)"))
+    if not unit.enforced:
+        for line in privacy_over_time(cfg.eps, cfg.period_s, cfg.budget_period_s / 3600).lines():
+            print(line + ("" if "privacy over" not in line else " (at the configured eps and period; "
+                          "the fusion center's control message may lower them)"))
     source = None
     if cfg.source is not None and cfg.source.kind == "refit":
         from rase_common.clock import WallClock
@@ -140,7 +153,19 @@ def cmd_fog(args: argparse.Namespace) -> int:
     if args.config is None:
         print("rase fog: --config is required", file=sys.stderr)
         return 2
+    _event_level(args, "RASE_FOG_")
     return run_service(FogService(FogConfig.load(args.config)))
+
+
+def _event_level(args: argparse.Namespace, prefix: str) -> None:
+    """--event-level: the per-report stream, an explicit choice ([privacy] event_level = true, through the
+    environment so that a reloaded config keeps it)."""
+    import os
+
+    if getattr(args, "event_level", False):
+        os.environ[prefix + "PRIVACY__EVENT_LEVEL"] = "true"
+        print("event-level (--event-level): one report per period, each eps-DP on its own; no daily budget is "
+              "enforced or claimed (docs/privacy.md)", flush=True)
 
 
 def cmd_fog_release(args: argparse.Namespace) -> int:
@@ -239,6 +264,7 @@ def cmd_fusion(args: argparse.Namespace) -> int:
     from fusion_center.config import FusionConfig
     from fusion_center.service import FusionService
 
+    _event_level(args, "RASE_FUSION_")
     return run_service(FusionService(FusionConfig.load(args.config), config_path=args.config))
 
 
@@ -287,9 +313,9 @@ def _query_schedule(store, cfg_path: Path | None):  # noqa: ANN001, ANN202
     except StorageError:
         stored = None        # a store written before the control table existed
     if stored is not None:
-        return ControlMessage.model_validate_json(stored).schedule()
+        return ControlMessage.model_validate_json(stored).window_schedule()
     if cfg_path is not None:
-        return FusionConfig.load(cfg_path).precision.schedule()
+        return FusionConfig.load(cfg_path).precision.window_schedule()
     return None
 
 
@@ -385,6 +411,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except (RefitFormatError, OSError) as err:
         print(f"rase replay: {err}", file=sys.stderr)
         return 2
+    if args.unit == "household" or args.product == "interval" or args.households is not None:
+        return _replay_households(args, data, houses)
     epoch0 = epoch0_of(houses, args.period)
     offset = 0.0
     if args.start:
@@ -442,6 +470,61 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for line in privacy_over_time(args.eps, report_s, args.hours).lines():
         print(line.replace("privacy over", "each simulated device's privacy over", 1))
     return 0
+
+
+def _replay_households(args: argparse.Namespace, data: Path, houses: list) -> int:  # noqa: ANN001
+    """--unit household --product interval: household meters (REFIT's Aggregate), one report per interval."""
+    from simulators.household_replay import HouseholdSpec, run_households, write_jsonl
+    from simulators.households import day_start_of
+    from rase_device.mechanisms import MEAN_MECHANISMS
+
+    if args.unit != "household" or args.product != "interval":
+        print("rase replay: --households and --product interval replay household meters: give --unit household "
+              "--product interval (with --interval-s and --eps-day)", file=sys.stderr)
+        return 2
+    if args.mechanism not in MEAN_MECHANISMS + ("prio3",) or args.prio3_kind != "sum":
+        print(f"rase replay: --unit household reports each meter's mean: --mechanism one of "
+              f"{', '.join(MEAN_MECHANISMS)} or prio3 (kind sum), got {args.mechanism}", file=sys.stderr)
+        return 2
+    if args.eps_day is None:
+        print("rase replay: --unit household needs --eps-day (the budget per household per UTC day)",
+              file=sys.stderr)
+        return 2
+    offset = 0.0
+    if args.start:
+        start = datetime_utc(args.start)
+        offset = start - day_start_of(min(int(h.unix[0]) for h in houses))
+    spec = HouseholdSpec(data_dir=data, houses=args.houses, households=args.households, hours=args.hours,
+                         start_offset_s=offset, interval_s=args.interval_s, period_s=args.period,
+                         eps_day=args.eps_day, x_max=args.x_max if args.x_max is not None else 8000.0,
+                         mechanism=args.mechanism, broker_url=args.broker,
+                         work_dir=Path(args.out).parent / (Path(args.out).stem + ".state"))
+    try:
+        print(f"each household reports eps {spec.eps:.6g} per release (eps {args.eps_day:g} a day)")
+        result = _run_tool(run_households(spec))
+    except ValueError as err:
+        print(f"rase replay: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rase replay: interrupted; nothing written", file=sys.stderr)
+        return 130
+    write_jsonl(result, Path(args.out))
+    p = result.params
+    print(f"replayed {p['intervals']} intervals of {p['interval_s']:g} s of {p['devices']} household meters: "
+          f"{result.reports} reports, {len(result.aggregates)} releases -> {args.out} ({result.elapsed_s:.1f} s)")
+    print(f"fog: {result.fog['rejected']} reports rejected ({result.fog.get('budget_refused', 0)} over a household's "
+          "daily budget)")
+    print(f"each household: eps {p['eps']:.6g} per release, {p['releases_per_day']} releases a day: eps "
+          f"{p['eps'] * p['releases_per_day']:.6g} per household per UTC day (budget eps {p['eps_day']:g}, enforced "
+          "by each meter's ledger and by the fog)")
+    return 0
+
+
+def datetime_utc(text: str) -> float:
+    from datetime import datetime, timezone
+
+    start = datetime.fromisoformat(text)
+    return (start.replace(tzinfo=timezone.utc) if start.tzinfo is None else start).timestamp()
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -528,6 +611,8 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
     from simulators.evaluation import plot_utility, utility_from_replays, utility_from_simulation
 
     ws = tuple(args.windows)
+    if args.replay and _household_replays(args.replay):
+        return _eval_households(args, data, out)
     mechs = _replay_mechanisms(args.replay) if args.replay else set()
     if args.mechanisms or "prio3" in mechs or len(mechs) > 1:    # side by side, with the plan's predictions
         return _eval_compare(args, data, out)
@@ -558,6 +643,48 @@ def _eval_utility(args: argparse.Namespace, data: Path, out: Path) -> int:
                                                   "table": {str(e): v for e, v in res.table.items()}}, indent=1))
     plot_utility(res, ws, out / "utility.png")
     print(f"written: {out / 'utility.json'}, {out / 'utility.png'}")
+    return 0
+
+
+def _household_replays(paths: list[str]) -> bool:
+    import json
+
+    units = set()
+    for p in paths:
+        with open(p) as fh:
+            units.add(json.loads(fh.readline())["params"].get("unit", "device"))
+    if len(units) > 1:
+        raise ValueError("give either household replays (--unit household) or device replays, not both")
+    return units == {"household"}
+
+
+def _eval_households(args: argparse.Namespace, data: Path, out: Path) -> int:
+    """Household replays: the interval mean against the truth recomputed from the CSVs, with the plan's prediction."""
+    import json
+
+    from simulators.household_replay import score
+    from simulators.plan import plan_households
+
+    rows = []
+    for p in args.replay:
+        r = score(data, Path(p))
+        plan_rows = plan_households(r["households"], r["eps_day"], r["interval_s"], data_dir=data)
+        mine = [row for row in plan_rows if row.mechanism == r["mechanism"] and row.groups == 1]
+        r["plan_mae"] = mine[0].mae_w if mine else float("nan")
+        r["replay"] = str(p)
+        rows.append(r)
+    print("household replays: the interval mean against the truth recomputed from the raw CSVs (each meter's "
+          "samples from its interval's start, clipped mean); 'plan' = `rase plan --households`' prediction")
+    print(f"{'mechanism':<10}{'households':>11}{'eps/day':>8}{'eps/release':>12}{'interval':>9}{'MAE (W)':>9}"
+          f"{'bias (se)':>15}{'coverage':>9}{'true mean':>10}{'MAE/mean':>9}{'plan':>8}{'releases':>9}")
+    for r in rows:
+        print(f"{r['mechanism']:<10}{r['households']:>11,}{r['eps_day']:>8g}{r['eps_per_release']:>12.4g}"
+              f"{r['interval_s']:>9g}{r['mae']:>9.1f}{r['bias']:>8.1f} ({r['bias_se']:.1f}){r['coverage']:>9.3f}"
+              f"{r['true_mean']:>10.1f}{r['mae_over_true_mean']:>9.1%}{r['plan_mae']:>8.1f}{r['releases']:>9}")
+        if not r["n_matches_truth"]:
+            print(f"  note: {r['replay']}: some releases counted other households than the truth has")
+    (out / "households.json").write_text(json.dumps(rows, indent=1))
+    print(f"written: {out / 'households.json'}")
     return 0
 
 
@@ -603,12 +730,22 @@ def _eval_compare(args: argparse.Namespace, data: Path, out: Path) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from simulators.plan import format_plan, plan
+    from simulators.plan import INTERVALS_S, format_households, format_plan, plan, recommend
     from simulators.refit import bundled_dir
 
+    data = Path(args.data) if args.data else bundled_dir()
+    if (args.devices is None) == (args.households is None):
+        print("rase plan: give --households N (the privacy unit: a household's meter) or --devices N",
+              file=sys.stderr)
+        return 2
     try:
-        rows = plan(args.devices, args.period, args.product, args.eps_day,
-                    data_dir=Path(args.data) if args.data else bundled_dir())
+        if args.households is not None:
+            intervals = (args.interval_s,) if args.interval_s else INTERVALS_S
+            rec, table = recommend(args.households, args.eps_day, args.target_mae or float("inf"), data_dir=data,
+                                   x_max=args.x_max, intervals=intervals)
+            print(format_households(rec, table, args.households, args.eps_day, args.target_mae))
+            return 0
+        rows = plan(args.devices, args.period, args.product, args.eps_day, data_dir=data)
     except ValueError as err:
         print(f"rase plan: {err}", file=sys.stderr)
         return 2
@@ -838,6 +975,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--fleet against a broker with one user per device (rase acl): each simulated device "
                         "connects as its own user with the password in DIR/<device> (e.g. secrets/passwords); "
                         "without it the fleet shares one connection and one login")
+    a.add_argument("--event-level", action="store_true",
+                   help="the per-report stream instead of the config's daily budget: one report per period, each "
+                        "eps-DP on its own, no daily guarantee ([privacy] event_level = true; docs/privacy.md)")
     a.set_defaults(func=cmd_agent)
 
     f = sub.add_parser("flash", help="build a MicroPython board bundle and copy it with mpremote",
@@ -880,6 +1020,9 @@ def build_parser() -> argparse.ArgumentParser:
     fg.add_argument("--config", type=Path,
                     help="the fog's TOML config (copy configs/fog.example.toml); RASE_FOG_... environment variables "
                          "override any field")
+    fg.add_argument("--event-level", action="store_true",
+                   help="the per-report stream instead of the config's daily budget: one report per period, each "
+                        "eps-DP on its own, no daily guarantee ([privacy] event_level = true; docs/privacy.md)")
     fg.set_defaults(func=cmd_fog)
     fga = fg.add_subparsers(dest="fog_action")
     rel = fga.add_parser("release", help="let quarantined devices' reports into windows again (a running fog "
@@ -918,6 +1061,9 @@ def build_parser() -> argparse.ArgumentParser:
     fu.add_argument("--config", required=True, type=Path,
                     help="the fusion center's TOML config (copy configs/fusion.example.toml); RASE_FUSION_... "
                          "environment variables override any field; [precision] is watched for changes")
+    fu.add_argument("--event-level", action="store_true",
+                   help="the per-report stream instead of the config's daily budget: one report per period, each "
+                        "eps-DP on its own, no daily guarantee ([privacy] event_level = true; docs/privacy.md)")
     fu.set_defaults(func=cmd_fusion)
 
     bm = sub.add_parser("broker-metrics", help="serve Mosquitto's $SYS topics as Prometheus metrics",
@@ -981,8 +1127,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "noise; --eps is then each release's dp_eps)")
     r.add_argument("--prio3-kind", default="sum", choices=["sum", "count", "histogram"],
                    help="prio3: the report kind: sum (the mean), count (on/off, --on-above), histogram (--bands)")
-    r.add_argument("--product", default="per-t", choices=["per-t", "hourly", "daily"],
-                   help="prio3 sum: one report per period (per-t), or each device's average over an hour or a day")
+    r.add_argument("--product", default="per-t", choices=["per-t", "hourly", "daily", "interval"],
+                   help="prio3 sum: one report per period (per-t), or each device's average over an hour or a day; "
+                        "interval (with --unit household): each meter's clipped mean over every --interval-s, in "
+                        "every mode")
+    r.add_argument("--unit", default="device", choices=["device", "household"],
+                   help="the privacy unit: device (each REFIT appliance), or household: one device per house, its "
+                        "whole-house meter (REFIT's Aggregate column), with a daily budget (--eps-day)")
+    r.add_argument("--households", type=int,
+                   help="--unit household: a fleet of N households built from --houses, each copy of a house "
+                        "time-shifted (within +-2 h, cyclic within the replayed day)")
+    r.add_argument("--interval-s", type=float, default=1800.0,
+                   help="--product interval: seconds per release (default %(default)s: half-hourly; 900, 3600, "
+                        "86400 ...; must divide the day)")
+    r.add_argument("--eps-day", type=float,
+                   help="--unit household: eps per household per UTC day, spent over the day's releases "
+                        "(each release eps-day / releases a day)")
+    r.add_argument("--x-max", type=float,
+                   help="the clipping range's top in W (default 4000 for appliances, 8000 for household meters)")
     r.add_argument("--shuffle", default="rs", choices=["rs", "dsigma", "buds", "uniform"],
                    help="the fog's shuffle: RASE's RS (default), d_sigma alone, BUDS batches, or uniform (the one "
                         "that amplifies: needed by --central-eps)")
@@ -1063,15 +1225,25 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=cmd_eval)
 
     pl = sub.add_parser("plan", help="predicted error of the mean against the privacy guarantee, for each mode",
-                        description="For N devices, a period and a product, spend eps-day per device per day and "
-                                    "print each mode's predicted MAE of the published mean on REFIT-like data and "
-                                    "its per-release and per-day guarantee: local DP (each mechanism, with "
-                                    "population division where it helps) and secure aggregation (prio3).")
-    pl.add_argument("--devices", type=int, required=True, help="devices reporting (N)")
+                        description="For N households (or devices), spend eps-day per unit per UTC day and "
+                                    "print each mode's predicted MAE of the published mean on REFIT data and its "
+                                    "per-release and per-day guarantee: local DP (each mechanism, with population "
+                                    "division where it helps) and secure aggregation (prio3); with --households "
+                                    "and --target-mae, the mode and interval product to deploy.")
+    pl.add_argument("--households", type=int,
+                    help="households, one whole-house meter each (the privacy unit): compare interval products and "
+                         "modes at --eps-day per household-day, and recommend one (--target-mae)")
+    pl.add_argument("--target-mae", type=float, help="--households: the MAE of the interval mean to meet, in W")
+    pl.add_argument("--interval-s", type=float,
+                    help="--households: only this interval (default: 15 min, 30 min, 1 h, 2 h, 6 h and a day)")
+    pl.add_argument("--x-max", type=float, default=8000.0,
+                    help="--households: the meters' clipping range's top in W (default %(default)s)")
+    pl.add_argument("--devices", type=int, help="devices reporting (N): REFIT appliances, each its own unit")
     pl.add_argument("--period", type=float, default=8.0, help="seconds between readings (default %(default)s)")
     pl.add_argument("--product", choices=["per-t", "hourly", "daily"], default="per-t",
-                    help="what is published: every period, or each device's hourly or daily average")
-    pl.add_argument("--eps-day", type=float, required=True, help="privacy budget per device per day")
+                    help="--devices: what is published: every period, or each device's hourly or daily average")
+    pl.add_argument("--eps-day", type=float, required=True,
+                    help="privacy budget per unit (household, or device) per UTC day")
     pl.add_argument("--data", help="REFIT files for the readings' distribution (default: the bundled day)")
     pl.set_defaults(func=cmd_plan)
 

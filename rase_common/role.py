@@ -50,6 +50,22 @@ class Role:
     def check_config(cls, cfg: Any) -> None:
         """Raise ValueError when the service's config cannot run this role (called by the config's validation)."""
 
+    @classmethod
+    def own_window_s(cls, table: dict, period_s: float) -> float | None:
+        """What one release covers by the role's own (raw) table, its product; None: the host's."""
+        return None
+
+    @classmethod
+    def per_report(cls, table: dict) -> dict:
+        """The role's raw table for the event-level stream (one report per period): no interval product."""
+        return table
+
+    @classmethod
+    def with_eps_per_report(cls, table: dict, eps: float) -> dict:
+        """The role's raw table with its own eps per report set from the privacy unit's day (issue 28):
+        the host computes eps from its own [privacy] (rase_common.privacy.eps_from_day)."""
+        return table
+
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx        # what the host's roles share (the service's context)
 

@@ -67,7 +67,8 @@ def build_core(cfg, bits=None):
                      period_s=cfg["period_s"], epoch0=cfg["epoch0"], bits=bits,
                      outbox_capacity=cfg.get("outbox_capacity", 64),
                      policy=LocalPolicy.from_dict(cfg.get("policy"), cfg["period_s"]),
-                     mechanism=cfg.get("mechanism", "br"), confirm_s=cfg.get("confirm_timeout_s", 30))
+                     mechanism=cfg.get("mechanism", "br"), confirm_s=cfg.get("confirm_timeout_s", 30),
+                     privacy=cfg.get("privacy"))
 
 
 def make_umqtt_factory(cfg, sockets):

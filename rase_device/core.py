@@ -6,13 +6,23 @@
 # With mechanism "prio3" (secure aggregation) the randomizer is a Prio3 client
 # (rase_device.secagg) built from the control message and the helper key the
 # device's policy pinned; until such a control message arrives it reports nothing.
+#
+# The privacy unit (issue 28): the device belongs to a unit (itself, or a
+# household of devices) whose daily eps the ledger enforces, this device's
+# share of it; every report of every mode and product is charged before it
+# is made, and a report that would overspend is not made (status
+# budget_exhausted, with when the budget renews). An interval product
+# (the control message's interval_s) samples every period and reports once
+# per interval the clipped mean (rase_device.interval), in every mode.
 
 from rase_device import wire
+from rase_device.interval import IntervalMean
+from rase_device.ledger import utc_text
 from rase_device.outbox import Outbox
 from rase_device.mechanisms import DEFAULT_MECHANISM, make_randomizer
 from rase_device.report_kind import DEFAULT_ON_ABOVE
 from rase_device.policy import LocalPolicy
-from rase_device.randomizer import EPS_UNITS, Calibration
+from rase_device.randomizer import EPS_UNITS, Calibration, check_finite
 from rase_device.schedule import Schedule, from_control
 
 PRIO3 = wire.PRIO3
@@ -30,7 +40,7 @@ class AgentCore:
 
     def __init__(self, device, region, eps, ledger, calibration, period_s=8,
                  epoch0=0, bits=None, outbox_capacity=256, policy=None, mechanism=DEFAULT_MECHANISM,
-                 on_above=DEFAULT_ON_ABOVE, bands=None, read=None, confirm_s=0):
+                 on_above=DEFAULT_ON_ABOVE, bands=None, read=None, confirm_s=0, privacy=None):
         self.device = wire.check_name("device", device)
         self.region = wire.check_name("region", region)
         if not (eps > 0):
@@ -53,6 +63,7 @@ class AgentCore:
         # Report numbers continue across reboots: the ledger reserves them on flash with the budget.
         self.seq = getattr(ledger, "seq_reserved", 0)
         self.last_t = None
+        self.last_reported = None   # the last interval t reported (interval products)
         self.status = "online"
         self.status_changed = True
         self.sent = 0
@@ -60,19 +71,35 @@ class AgentCore:
         self.policy = policy or LocalPolicy(period_min_s=period_s)
         self.control_rejected = 0
         self.last_rejection = None
+        # The unit this device's budget protects: {"unit", "household", "eps_day", "share"}
+        # (eps_day None: event-level, the ledger only a cap; edge_agent.config.PrivacyConfig).
+        self.privacy = privacy or {"unit": "device", "household": device, "eps_day": None, "share": 1.0}
+        self.interval = None        # IntervalMean of an interval product (the control message's interval_s)
+        self.calibration = calibration
+        self.renews_at = None       # when the spent budget renews (unix), while budget_exhausted
 
     def report_period_s(self):
-        """Seconds between reports: the period, or a prio3 product's (hourly, daily)."""
+        """Seconds between reports: the period, an interval product's interval, or a prio3 product's."""
+        if self.interval is not None:
+            return self.interval.interval_s
         per_product = getattr(self.randomizer, "report_period_s", None)
         return per_product(self.period_s) if per_product is not None else self.period_s
 
     def privacy_spent(self):
-        """eps per report, per hour at this period, and spent this budget period."""
+        """eps per report, per hour at this cadence, spent this budget period,
+        and the unit it is charged to (with when a spent budget renews)."""
         eps = self.eps()
         led = self.ledger
-        return {"eps_per_report": eps, "eps_per_hour": None if eps is None else eps * 3600.0 / self.report_period_s(),
-                "spent_this_period": led.spent_units / EPS_UNITS, "budget_per_period": led.budget_units / EPS_UNITS,
-                "budget_period_s": led.period_s}
+        out = {"eps_per_report": eps, "eps_per_hour": None if eps is None else eps * 3600.0 / self.report_period_s(),
+               "spent_this_period": led.spent_units / EPS_UNITS, "budget_per_period": led.budget_units / EPS_UNITS,
+               "budget_period_s": led.period_s, "unit": self.privacy["unit"],
+               "household": self.privacy.get("household"), "eps_day": self.privacy.get("eps_day"),
+               "share": self.privacy.get("share", 1.0),
+               "guarantee": "event-level" if self.privacy.get("eps_day") is None else "per unit per day"}
+        if self.renews_at is not None:
+            out["renews_at"] = self.renews_at
+            out["renews_at_utc"] = utc_text(self.renews_at)
+        return out
 
     def status_payload(self, counts=None):
         return wire.encode_status(self.status, self.privacy_spent(), counts)
@@ -115,6 +142,11 @@ class AgentCore:
         if eps is None:
             self._set_status("no_eps_level")
             return None
+        if self.interval is not None:
+            check_finite("reading", x)        # a sensor fault is not averaged in
+            due = self.interval.add(x, now)
+            self.last_t = t
+            return None if due is None else self.report_mean(due[0], due[1], self.interval.start_of(due[0]))
         if self.mechanism == PRIO3:
             return self._step_prio3(self.randomizer, x, now, t, eps)
         # Validate the reading and the sampler before spending, so a sensor
@@ -125,6 +157,30 @@ class AgentCore:
             return None
         y, _ = self.randomizer.randomize(x, eps)
         self.last_t = t
+        return self._queue(wire.encode_report(t, y, eps, self.seq + 1), t)
+
+    def report_mean(self, t, x, at):
+        """One report of interval t, whose clipped mean reading is x (from the
+        device's own IntervalMean, or a simulator's vectorised one), charged
+        to the ledger at unix time `at` (the interval's start: the day its
+        readings belong to); its payload, or None when it may not be made."""
+        if self.last_reported is not None and t <= self.last_reported:
+            return None
+        eps = self.eps()
+        if self.randomizer is None or eps is None:
+            return None
+        if self.mechanism == PRIO3:
+            m = self.randomizer.quantize(x)
+            if not self._spend(eps, at):
+                return None
+            self.last_reported = t
+            return self._queue(self.randomizer.report(t, m, eps, self.seq + 1), t)
+        self.randomizer.quantize(x)
+        check_sampler(self.randomizer, eps)
+        if not self._spend(eps, at):
+            return None
+        y, _ = self.randomizer.randomize(x, eps)
+        self.last_reported = t
         return self._queue(wire.encode_report(t, y, eps, self.seq + 1), t)
 
     def _step_prio3(self, client, x, now, t, eps):
@@ -147,8 +203,13 @@ class AgentCore:
                 self._set_status("ledger_unwritable")
                 return False
             self.skipped_budget += 1
+            renews = self.ledger.renews_at(now)
+            if renews != self.renews_at:
+                self.renews_at = renews
+                self.status_changed = True
             self._set_status("budget_exhausted")
             return False
+        self.renews_at = None
         return True
 
     def _queue(self, payload, t):
@@ -203,10 +264,24 @@ class AgentCore:
         self.mechanism = msg["mechanism"]
         # A new schedule continues t from since_t (rase_device.schedule): no t is skipped.
         self.schedule = schedule
+        self.calibration = cal
+        self._follow_interval(msg.get("interval_s"), schedule.epoch0, cal)
         self.eps_levels = levels
         self.last_rejection = None
         self._set_status("online" if self.eps() is not None else "no_eps_level")
         return cal
+
+    def _follow_interval(self, interval_s, epoch0, cal):
+        """An interval product's accumulator; the running one (and its samples)
+        is kept while the interval, epoch0 and range stay."""
+        if interval_s is None:
+            self.interval = None
+            return
+        cur = self.interval
+        if cur is not None and (cur.interval_s, cur.epoch0, cur.x_min, cur.x_max) == (interval_s, epoch0, cal.x_min,
+                                                                                    cal.x_max):
+            return
+        self.interval = IntervalMean(interval_s, epoch0, cal.x_min, cal.x_max)
 
     def _prio3_client(self, msg, cal):
         """The Prio3 client for a control message (already checked against the

@@ -24,6 +24,9 @@
 # before the next write, so after a reboot the device continues above it
 # (a few numbers may be skipped, none is used twice). A file without it (an
 # older one) starts at 0; so does a device whose ledger was unreadable.
+#
+# Periods are counted from Unix time 0, so a budget per day (period_s 86400)
+# renews at each midnight UTC: `renews_at` says when, `utc_text` in words.
 
 import json
 import os
@@ -141,6 +144,12 @@ class BudgetLedger:
             self.reserved_units = 0
             self.unreadable = False
 
+    def renews_at(self, now):
+        """Unix time at which the period containing `now` ends and the budget renews
+        (midnight UTC for a daily budget)."""
+        self._roll(now)
+        return (self.period + 1) * self.period_s
+
     def remaining(self, now):
         """eps left in the period containing `now`."""
         self._roll(now)
@@ -164,3 +173,21 @@ class BudgetLedger:
                 return False
         self.spent_units += cost
         return True
+
+
+def utc_text(unix):
+    """Unix seconds as "YYYY-MM-DDTHH:MM:SSZ" (UTC), by integer arithmetic
+    only: board ports count time from 2000 or have no gmtime for 1970."""
+    secs = int(unix)
+    days, rest = secs // 86400, secs % 86400
+    # Civil date from days since 1970-01-01 (H. Hinnant's days_from_civil, inverted).
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    year = yoe + era * 400 + (1 if month <= 2 else 0)
+    return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (year, month, day, rest // 3600, rest % 3600 // 60, rest % 60)

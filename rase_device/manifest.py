@@ -14,6 +14,7 @@ package(
         "duchi.py",
         "piecewise.py",
         "mechanisms.py",
+        "interval.py",
         "report_kind.py",
         "binary_rr.py",
         "categorical.py",

@@ -11,7 +11,10 @@
 #   histogram: the reading's band among `bands` (rase_device.categorical.band_of)
 # Products: "per-t" reports every period; "hourly" / "daily" report once per
 # hour / day the average of that hour's quantized readings (sum only), so a
-# device's guarantee over a day is 24 (or 1) releases instead of 10,800.
+# device's guarantee over a day is 24 (or 1) releases instead of 10,800;
+# "interval" (issue 28) reports once per params interval_s the clipped mean of
+# the interval's readings, accumulated by the device core
+# (rase_device.interval) as in the local-DP modes.
 
 import json
 
@@ -37,12 +40,17 @@ def b64encode(data):
     return out.decode()
 
 
-def product_period_s(product, period_s):
-    """Seconds one report covers: the reporting period for per-t, else the product's."""
+def product_period_s(product, period_s, interval_s=None):
+    """Seconds one report covers: the reporting period for per-t, the params'
+    interval_s for interval, else the product's hour or day."""
     for name, seconds in PRIO3_PRODUCT_PERIODS:
         if name == product:
+            if seconds is None:
+                if interval_s is None:
+                    raise ValueError("prio3 product interval needs its interval_s")
+                return interval_s
             return seconds or period_s
-    raise ValueError("prio3 product must be one of per-t, hourly, daily, got %r" % (product,))
+    raise ValueError("prio3 product must be one of per-t, hourly, daily, interval, got %r" % (product,))
 
 
 # Domain byte and label of the params digest (TurboSHAKE128): nothing else in RASE hashes with them.
@@ -60,7 +68,8 @@ def params_text(params):
     """The canonical text of a prio3 params dict (rase_device.wire.parse_prio3):
     everything that decides what a report means and what its release costs.
     docs/api.md ("The report context") gives the grammar; e.g.
-    vdaf=2;max_measurement=4000|product=per-t|helper_key_id=fc-1|noise=discrete_laplace;dp_eps=1"""
+    vdaf=2;max_measurement=4000|product=per-t|helper_key_id=fc-1|noise=discrete_laplace;dp_eps=1
+    (an interval product binds its length: product=interval;interval_s=1800)"""
     from rase_device.prio3 import ID_COUNT, ID_HISTOGRAM, ID_SUM
     kind = params["kind"]
     if kind == "sum":
@@ -71,8 +80,11 @@ def params_text(params):
         vdaf = "vdaf=%d;length=%d;chunk_length=%d" % (ID_HISTOGRAM, params["buckets"], params["chunk_length"])
     else:
         raise ValueError("prio3 kind must be sum, count or histogram, got %r" % (kind,))
+    product = params["product"]
+    if product == "interval":
+        product = "interval;interval_s=%s" % eps_text(params["interval_s"])
     return "%s|product=%s|helper_key_id=%s|noise=discrete_laplace;dp_eps=%s" % (
-        vdaf, params["product"], params["key_id"], eps_text(params["dp_eps"]))
+        vdaf, product, params["key_id"], eps_text(params["dp_eps"]))
 
 
 def params_id(params):
@@ -176,12 +188,14 @@ class Prio3Client:
         return self._measure(x)
 
     def report_period_s(self, period_s):
-        return product_period_s(self.product, period_s)
+        return product_period_s(self.product, period_s, self.params.get("interval_s"))
 
     def observe(self, x, now, epoch0, period_s):
         """Take reading x at unix time now: (t, measurement) of a report due
         now, or None. per-t: this period's. hourly/daily: the average of the
-        previous product period's readings, once its first later reading comes."""
+        previous product period's readings, once its first later reading comes.
+        (An interval product's readings are averaged by the device core, which
+        hands the mean to report_mean.)"""
         m = self._measure(x)
         span = self.report_period_s(period_s)
         t = int((now - epoch0) // span)

@@ -5,7 +5,8 @@
 
 import json
 
-from rase_device.mechanisms import DEFAULT_MECHANISM, check_mechanism
+from rase_device.interval import check_interval
+from rase_device.mechanisms import DEFAULT_MECHANISM, MEAN_MECHANISMS, check_mechanism
 from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 
 VERSION = 1
@@ -14,7 +15,8 @@ STATES = ("online", "offline", "budget_exhausted", "no_eps_level", "control_reje
 # Secure aggregation (rase_device.secagg): the Prio3 report kinds and products a control message may name.
 PRIO3 = "prio3"
 PRIO3_KINDS = ("sum", "count", "histogram")
-PRIO3_PRODUCT_PERIODS = (("per-t", 0), ("hourly", 3600), ("daily", 86400))   # 0: the reporting period
+# 0: the reporting period; None: the params' own interval_s ("interval": issue 28, rase_device.interval).
+PRIO3_PRODUCT_PERIODS = (("per-t", 0), ("hourly", 3600), ("daily", 86400), ("interval", None))
 MAX_PRIO3_BUCKETS = 32
 MAX_CONTROL_BYTES = 4096
 MAX_EPS_LEVELS = 16
@@ -106,8 +108,10 @@ def parse_control(payload):
     Keys: beta, rho, x_min, x_max, gamma, period_s, eps_levels (sorted list),
     mechanism ("br" when absent), on_above and bands (the binary and
     categorical mechanisms' public mapping of a reading; defaults when
-    absent), epoch0 when present, and since_t, previous_period_s and
-    previous_epoch0 when the schedule changes (rase_device.schedule). Every
+    absent), epoch0 when present, since_t, previous_period_s and
+    previous_epoch0 when the schedule changes (rase_device.schedule), and
+    interval_s for an interval product (one report per interval, the mean of
+    its readings: rase_device.interval; absent: one report per period). Every
     number must be finite; range checks happen in Calibration and the
     device's LocalPolicy.
     """
@@ -141,10 +145,20 @@ def parse_control(payload):
         out["bands"] = check_bands(msg.get("bands", DEFAULT_BANDS))
     except ValueError as e:
         raise ValueError("control field " + str(e)) from None
+    if msg.get("interval_s") is not None:
+        try:
+            out["interval_s"] = check_interval(_finite_number("interval_s", msg["interval_s"]), out["period_s"])
+        except ValueError as e:
+            raise ValueError("control field " + str(e)) from None
+        if out["mechanism"] not in MEAN_MECHANISMS + (PRIO3,):
+            raise ValueError("control field interval_s averages readings: it needs a mean mechanism or prio3 sum")
     if out["mechanism"] == PRIO3:
         out["prio3"] = parse_prio3(msg.get("prio3"))
         if out["eps_levels"] != [out["prio3"]["dp_eps"]]:
             raise ValueError("control field eps_levels must be [prio3.dp_eps] when mechanism is prio3")
+        if out.get("interval_s") != out["prio3"].get("interval_s"):
+            raise ValueError("control field interval_s must be prio3.interval_s (set exactly for prio3.product "
+                             "interval)")
     return out
 
 
@@ -165,11 +179,18 @@ def parse_prio3(d):
     if kind not in PRIO3_KINDS:
         raise ValueError("control field prio3.kind must be one of %s, got %r" % (", ".join(PRIO3_KINDS), kind))
     if product not in [p[0] for p in PRIO3_PRODUCT_PERIODS]:
-        raise ValueError("control field prio3.product must be per-t, hourly or daily, got %r" % (product,))
+        raise ValueError("control field prio3.product must be per-t, hourly, daily or interval, got %r" % (product,))
     if product != "per-t" and kind != "sum":
         raise ValueError("control field prio3.product %r averages readings: it needs kind sum" % (product,))
     out = {"kind": kind, "product": product, "key_id": check_name("control field prio3.key_id", d.get("key_id")),
            "dp_eps": _finite_number("prio3.dp_eps", d.get("dp_eps"))}
+    if (product == "interval") != (d.get("interval_s") is not None):
+        raise ValueError("control field prio3.interval_s is set exactly for prio3.product interval")
+    if product == "interval":
+        try:
+            out["interval_s"] = check_interval(_finite_number("prio3.interval_s", d["interval_s"]), 0)
+        except ValueError as e:
+            raise ValueError("control field prio3." + str(e)) from None
     if not out["dp_eps"] > 0:
         raise ValueError("control field prio3.dp_eps must be > 0")
     if kind == "sum":

@@ -97,4 +97,11 @@ async def run_demo(out_dir: Path, periods: int | None = None, hours: float = 3.0
                            f"RS shuffle ({f['mallows']} Mallows / {f['uniform']} uniform windows): the unbiased mean "
                            "with its 95% interval and the truth", mechanism_name=p.get("device_mechanism", "br"))
     print(f"\nplot: {png}\nper-timestamp estimates: {out_dir / 'aggregates.jsonl'}")
+    per_day = p["eps"] * 9 * 86400 / p["period_s"]
+    print(f"\nwhat this demo promises per household per day: event-level (the per-report stream: each report "
+          f"eps {p['eps']:g}-DP on its own); a house's 9 appliances report every {p['period_s']:g} s, so a household "
+          f"spends eps {p['eps'] * 9 * p['timestamps']:,.0f} over these {hours:g} h and would spend "
+          f"eps {per_day:,.0f} a day: no daily guarantee. The shipped configs run the half-hourly product at eps 8 "
+          "per household per UTC day instead; `rase replay --unit household --households 10000 --product interval "
+          "--eps-day 4 --mechanism prio3 --hours 24 --out X.jsonl` shows what that buys (docs/evaluation.md).")
     return 0 if len(ts) else 1

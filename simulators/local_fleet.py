@@ -59,11 +59,15 @@ def fleet_devices(n: int, houses: tuple[int, ...] = BUNDLED_HOUSES) -> list[tupl
 
 def device_config(cfg: AgentConfig, device: str, house: int, appliance: int) -> AgentConfig:
     """The fleet config for one device: the config's region, eps, period, broker and
-    budget; its own name, its own ledger file beside the config's, its own REFIT column."""
+    budget; its own name, its own ledger file beside the config's, its own REFIT column,
+    and, for the household unit, its own house's household (h{house}, as the fog groups them)."""
     data_dir = cfg.source.data_dir if cfg.source is not None and cfg.source.kind == "refit" else None
     source = SourceConfig(kind="refit", house=house, appliance=appliance, data_dir=data_dir)
     ledger = cfg.ledger_path.parent / f"{device}-ledger.json"
-    return cfg.model_copy(update={"device": device, "ledger_path": ledger, "source": source})
+    update: dict = {"device": device, "ledger_path": ledger, "source": source}
+    if cfg.privacy.unit == "household":
+        update["privacy"] = cfg.privacy.model_copy(update={"household": f"h{house}"})
+    return cfg.model_copy(update=update)
 
 
 class LocalFleetService(Service):

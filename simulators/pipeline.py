@@ -419,6 +419,9 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
                                    tick_s=0.005, precision=precision.model_dump(), broker=b,
                                    central_target=None if spec.central_eps is None else
                                    {"eps": spec.central_eps, "devices": len(devices)},
+                                   # Each REFIT house's appliances are a household: every aggregate states
+                                   # what the replay's per-report stream (event-level) costs one per day.
+                                   privacy={"unit": "household", "devices_per_unit": 9, "event_level": True},
                                    **(secure.fusion_settings() if secure else {}))
     # --fast: the fusion center runs in a process of its own, on the driver's shared clock.
     fusion = (FusionProcess(fusion_cfg, clock) if isinstance(clock, SharedManualClock)

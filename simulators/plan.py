@@ -21,6 +21,15 @@ REFIT day, resampled at S and averaged per product period):
   error is the noise's alone, exactly E|Z| gamma / N for Z the sum of two
   discrete Laplace draws of scale Delta / e (1.5 Delta / (N e) for large
   scales): division never helps (noise scale and n shrink alike).
+
+Households (issue 28, `--households N`): the privacy unit is a household,
+one whole-house meter each (REFIT's Aggregate, clipped to 0..x_max), and the
+product an interval (half-hourly by default): each meter reports its
+interval's clipped mean (simulators.households), a release spends
+eps_day / releases a day (rounded down to the ledger's unit, as every party
+computes it), and the readings are the bundled houses' time-shifted copies'
+interval means. `recommend` names the mode and interval with the most
+releases a day whose predicted MAE meets a target.
 """
 
 from __future__ import annotations
@@ -125,6 +134,107 @@ def format_plan(rows: list[PlanRow], devices: int, period_s: float, product: str
     lines.append("MAE on REFIT-like readings (the bundled day), range and grid of the control message; "
                  "check it with `rase replay` and `rase eval utility --replay`.")
     return "\n".join(lines)
+
+
+# Intervals `rase plan --households` compares: 15 min, half-hourly, hourly, 2 h, 6 h, daily.
+INTERVALS_S = (900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
+METER_X_MAX = 8000.0
+
+
+def household_readings(data_dir: Path, interval_s: float, period_s: float = 8.0, x_max: float = METER_X_MAX,
+                       copies: int = 20) -> np.ndarray:
+    """households x intervals of a day: the bundled houses' meters, `copies` time-shifted copies each
+    (simulators.households), each the clipped mean of its interval's samples."""
+    from simulators.households import day_start_of, interval_means, make_households
+    from simulators.refit import load_house
+
+    houses = {h: load_house(data_dir, h) for h in (1, 2, 3, 5, 12)}
+    day = day_start_of(min(int(h.unix[0]) for h in houses.values()))
+    fleet = make_households(sorted(houses), copies * len(houses))
+    n = int(86400 // interval_s)
+    return interval_means(houses, fleet, day_start=day, epoch0=day, t0=0, intervals=n, interval_s=interval_s,
+                          period_s=period_s, x_min=0.0, x_max=x_max)
+
+
+def plan_households(households: int, eps_day: float, interval_s: float, *, data_dir: Path,
+                    x_max: float = METER_X_MAX, mechanisms: tuple[str, ...] = MEAN_MECHANISMS,
+                    readings: np.ndarray | None = None) -> list[PlanRow]:
+    """Every mode's predicted MAE of the interval mean of `households` meters at eps_day per household-day."""
+    from rase_device.interval import eps_per_release, releases_per_day
+
+    if households < 1 or eps_day <= 0:
+        raise ValueError("households and eps per day must be positive")
+    setting = Setting(x_min=0.0, x_max=x_max)
+    r = releases_per_day(interval_s)
+    e = eps_per_release(eps_day, r)
+    x = household_readings(data_dir, interval_s, x_max=x_max) if readings is None else readings
+    day = f"eps {e * r:.4g} per household per UTC day"
+    rows = [PlanRow("secure", "prio3", 1, e, secure_mae(e, households, setting),
+                    f"({e:.3g}, 0)-DP per release if the fog or the fusion center is honest; {day}", eps_day)]
+    for name in mechanisms:
+        best = None
+        k = 1
+        while k <= r and households / k >= min(K_MIN, households):
+            mae = local_mae(name, x, e * k, households / k, households, setting)
+            row = PlanRow("local", name, k, e * k, mae, f"{e * k:.3g}-LDP per report, against anyone; {day}",
+                          eps_day)
+            if k == 1:
+                rows.append(row)
+            elif best is None or mae < best.mae_w:
+                best = row
+            k *= 2
+        if best is not None and best.mae_w < rows[-1].mae_w:
+            rows.append(best)
+    return rows
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    interval_s: float
+    row: PlanRow
+    met: bool                 # its MAE is within the target
+
+
+def recommend(households: int, eps_day: float, target_mae_w: float, *, data_dir: Path,
+              x_max: float = METER_X_MAX, intervals: tuple[float, ...] = INTERVALS_S
+              ) -> tuple[Recommendation, dict[float, list[PlanRow]]]:
+    """The mode, product and interval to deploy: among the intervals, the one with the most releases a
+    day whose best mode's predicted MAE meets target_mae_w (the secure mode where it ties); if none does,
+    the daily product's best (met False). Also every interval's rows."""
+    table = {i: plan_households(households, eps_day, i, data_dir=data_dir, x_max=x_max) for i in intervals}
+    best_of = {i: min(rows, key=lambda r: (r.mae_w, r.mode != "secure")) for i, rows in table.items()}
+    for i in sorted(intervals):
+        if best_of[i].mae_w <= target_mae_w:
+            return Recommendation(i, best_of[i], True), table
+    i = max(intervals)
+    return Recommendation(i, best_of[i], False), table
+
+
+def format_households(rec: Recommendation, table: dict[float, list[PlanRow]], households: int, eps_day: float,
+                      target_mae_w: float | None) -> str:
+    lines = [f"{households} households (one whole-house meter each), budget eps {eps_day:g} per household per UTC "
+             "day (basic composition over the day's releases)",
+             f"{'interval':>9}{'releases':>9} {'mode':<7}{'mechanism':<11}{'groups':>7}{'eps/release':>13}"
+             f"{'MAE of mean (W)':>17}   guarantee"]
+    for i, rows in sorted(table.items()):
+        for row in rows:
+            groups = f"1/{row.groups}" if row.groups > 1 else "all"
+            lines.append(f"{_interval(i):>9}{86400 / i:>9,.0f} {row.mode:<7}{row.mechanism:<11}{groups:>7}"
+                         f"{row.eps_per_release:>13.4g}{row.mae_w:>17.4g}   {row.guarantee}")
+    r = rec.row
+    how = (f"{r.mode} ({r.mechanism}" + (f", groups 1/{r.groups}" if r.groups > 1 else "") + ")")
+    if target_mae_w is not None:
+        verdict = "meets" if rec.met else "misses (no interval meets it; the coarsest shown)"
+        lines.append(f"recommended: {how}, interval product of {rec.interval_s:g} s ({_interval(rec.interval_s)}, "
+                     f"{86400 / rec.interval_s:,.0f} releases a day), predicted MAE {r.mae_w:.4g} W: {verdict} the "
+                     f"target {target_mae_w:g} W")
+    lines.append("MAE on the bundled houses' meters (time-shifted copies, clipped to 0..x_max), interval means; "
+                 "check it with `rase replay --unit household` and `rase eval utility --replay`.")
+    return "\n".join(lines)
+
+
+def _interval(seconds: float) -> str:
+    return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds / 60:g} min"
 
 
 def plan_prediction(name: str, eps: float, devices: int, *, data_dir: Path, period_s: float = 8.0,

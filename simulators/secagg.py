@@ -28,7 +28,9 @@ class Prio3Setup:
         keys = write_keys(work / "keys")
         grid = Calibration(x_min=spec.x_min, x_max=spec.x_max, gamma=spec.gamma).grid_max
         params = Prio3Params.for_deployment(spec.prio3_kind, key_id=keys["key_id"], dp_eps=spec.eps,
-                                            grid_steps=grid, bands=list(spec.bands), product=spec.product)
+                                            grid_steps=grid, bands=list(spec.bands), product=spec.product,
+                                            interval_s=getattr(spec, "interval_s", None)
+                                            if spec.product == "interval" else None)
         return cls(params, keys, spec.k_min, spec.central_noise)
 
     def summary(self) -> dict:
@@ -43,7 +45,7 @@ class Prio3Setup:
         return {"prio3": {"private_key_file": self.keys["private_key_file"], "key_id": self.keys["key_id"],
                           "verify_key_file": self.keys["verify_key_file"], "k_min": self.k_min,
                           "unsafe_no_noise_for_tests": not self.noise,
-                          # replay windows are far below ShareOpener.SMALL: no worker processes
+                          # the fog and the fleet have the other core: no worker processes
                           "decrypt_workers": 1}}
 
     def agent_settings(self) -> dict:

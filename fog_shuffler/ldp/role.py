@@ -43,10 +43,12 @@ class LdpReports(ReportRole):
         ctx = self.ctx
         rep: Accepted = ctx.gate.validate(msg.topic, msg.payload, now_t)
         ctx.screen.screen(rep)
+        ctx.budget.check(rep)
         outcome = ctx.windows.add(rep, now_t)
         if ctx.receipts is not None:      # the device hears of it once the batch is committed
             ctx.receipts.stage(rep.region, rep.device, rep.t, outcome is Outcome.LATE)
         if outcome is Outcome.ACCEPTED:
+            ctx.budget.charge(rep)
             self._rows.append((rep.region, rep.t, rep.device, rep.y, rep.eps, 0, rep.mechanism))
             ctx.screen.observe(rep)
             if ctx.windows.complete(rep.region, rep.t):

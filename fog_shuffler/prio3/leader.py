@@ -262,7 +262,9 @@ class Prio3Leader:
     @staticmethod
     def is_report(payload: bytes) -> bool:
         """A Prio3 report: binary (its magic), or JSON (a nonce among the first fields)."""
-        return payload[:2] == prio3_binary.MAGIC or b'"nonce":' in payload[:96]
+        # "nonce" follows v, t, eps, seq and p: within 160 bytes even for a 10-digit t and seq and an
+        # eps of 17 significant digits (an interval product's eps_day / releases, issue 28).
+        return payload[:2] == prio3_binary.MAGIC or b'"nonce":' in payload[:160]
 
     def validate(self, topic: str, payload: bytes, now_t: int, rules: IngestRules, params: Prio3Params | None
                  ) -> Prio3Accepted:

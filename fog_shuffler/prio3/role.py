@@ -23,8 +23,10 @@ from fog_shuffler.prio3.leader_rules import LEADER_REASONS, PRIO3, Prio3Accepted
 from fog_shuffler.protocol import Protocol
 from fog_shuffler.reports import ReportRole
 from fog_shuffler.windows import ClosedWindow, Outcome
+from rase_common.privacy import stated_or
 from rase_common.protocol import topics
 from rase_device import prio3_binary
+from rase_device.secagg import product_period_s
 
 # Rejections under the current parameters that the previous ones may still accept (just after a change).
 RETRY_UNDER_PREVIOUS = ("eps_not_on_menu", "impossible_y", "malformed_share")
@@ -58,12 +60,44 @@ class LeaderRole(ReportRole):
         if cfg.device_mechanism == PRIO3 and table is not None and cfg.eps_levels != [table.params.dp_eps]:
             raise ValueError(f"device_mechanism = \"prio3\": eps_levels must be [prio3.params.dp_eps] = "
                              f"[{table.params.dp_eps}], got {cfg.eps_levels}")
+        if table is not None and cfg.interval_s is not None and cfg.interval_s != table.params.interval_s:
+            raise ValueError(f"interval_s {cfg.interval_s} differs from [prio3.params] interval_s "
+                             f"{table.params.interval_s} (the leader's product is its params')")
+
+    @classmethod
+    def own_window_s(cls, table: dict, period_s: float) -> float | None:
+        params = table.get("params")
+        if params is None:
+            return None
+        params = params.model_dump() if hasattr(params, "model_dump") else params
+        return float(product_period_s(params.get("product", "per-t"), period_s, params.get("interval_s")))
+
+    @classmethod
+    def per_report(cls, table: dict) -> dict:
+        params = table.get("params")
+        if params is None:
+            return table
+        params = dict(params.model_dump() if hasattr(params, "model_dump") else params)
+        if params.get("product") == "interval":
+            params.update(product="per-t", interval_s=None)
+        return {**table, "params": params}
+
+    @classmethod
+    def with_eps_per_report(cls, table: dict, eps: float) -> dict:
+        params = table.get("params")
+        if params is None:
+            return table
+        params = dict(params.model_dump() if hasattr(params, "model_dump") else params)
+        params["dp_eps"] = stated_or("prio3.params.dp_eps", params.get("dp_eps"), eps)
+        return {**table, "params": params}
 
     @classmethod
     def own_params(cls, cfg: Any) -> dict:
         """What the fog's own protocol parameters get from the role's table."""
         table = getattr(cfg, cls.config_key or "", None)
-        return {"mode_params": table.params if table is not None else None}
+        if table is None:
+            return {"mode_params": None}
+        return {"mode_params": table.params, "interval_s": table.params.interval_s}
 
     # -- start -------------------------------------------------------------------------------
     def attach(self, db: Any) -> None:
@@ -110,10 +144,12 @@ class LeaderRole(ReportRole):
         ctx = self.ctx
         rep = ctx.gate.validate_with(msg.topic, msg.payload, now_t, self._check, RETRY_UNDER_PREVIOUS)
         ctx.screen.screen(rep)
+        ctx.budget.check(rep)
         outcome = ctx.windows.add(rep, now_t)
         if ctx.receipts is not None:      # the device hears of it once the batch is committed
             ctx.receipts.stage(rep.region, rep.device, rep.t, outcome is Outcome.LATE)
         if outcome is Outcome.ACCEPTED:
+            ctx.budget.charge(rep)
             assert isinstance(rep, Prio3Accepted)
             self.leader.accepted(rep)
             if ctx.windows.complete(rep.region, rep.t):

@@ -66,7 +66,7 @@ class AggregatePublisher(Role):
             raise TransportError("not connected to the broker")
         # QoS 1 publishes queued at once; marked published once every PUBACK came. A revision
         # of an older t goes to its own topic only: `latest` never goes back in time.
-        stale_s = expiry_s(ctx.precision.period_s, ctx.cfg.latest_expiry_periods)
+        stale_s = expiry_s(ctx.precision.window_period_s, ctx.cfg.latest_expiry_periods)   # an interval's, or a period
         futs = [link.publish_nowait(topics.aggregate_topic(t), payload,
                                     properties=publish_properties(**aggregate_properties(expiry=None)))]
         if t >= (store.newest_t() or t):

@@ -22,7 +22,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from rase_device.mechanisms import MEAN_MECHANISMS
-from rase_common.privacy import privacy_over_time
+from rase_common.privacy import UnitGuarantee, UnitPrivacy, privacy_over_time, unit_guarantee
 from rase_common.protocol.aggregate import Aggregate, CentralTargetCheck, Clipping, EstimateOut, PrivacyUnit
 from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.window import WindowMessage
@@ -35,21 +35,26 @@ def iso_utc(unix_s: float) -> str:
 
 
 def add_context(agg: Aggregate, windows: list[WindowMessage], precision: ControlMessage, *,
-                central_target=None, clip_bias_bound: float | None = None) -> Aggregate:  # noqa: ANN001
+                central_target=None, clip_bias_bound: float | None = None,  # noqa: ANN001
+                unit: UnitPrivacy | None = None) -> Aggregate:
     """agg with its wall-clock time, privacy unit and clipping filled in.
-    central_target: anything with eps and delta (fusion_center.config.CentralTarget)."""
-    schedule = precision.schedule()         # piecewise across a schedule change (since_t)
+    central_target: anything with eps and delta (fusion_center.config.CentralTarget);
+    unit: the fusion center's own [privacy] (default: a device, event-level)."""
+    schedule = precision.window_schedule()  # an interval product's intervals, else piecewise across a schedule change
     start, end = schedule.start_of(agg.t), schedule.end_of(agg.t)
     period_s = end - start
     update = {"t_start": start, "t_end": end, "t_start_iso": iso_utc(start), "t_end_iso": iso_utc(end),
-              "period_s": period_s, "privacy_unit": privacy_unit(windows, period_s, central_target)}
+              "period_s": period_s,
+              "privacy_unit": privacy_unit(windows, period_s, central_target, unit or UnitPrivacy(),
+                                           precision.releases_per_day)}
     if agg.mechanism in MEAN_KINDS:
         clipping, estimates = clip(agg, precision.x_max, clip_bias_bound)
         update |= {"clipping": clipping, "estimates": estimates}
     return agg.model_copy(update=update)
 
 
-def privacy_unit(windows: list[WindowMessage], period_s: float, central_target=None) -> PrivacyUnit:  # noqa: ANN001
+def privacy_unit(windows: list[WindowMessage], period_s: float, central_target=None,  # noqa: ANN001
+                 unit: UnitPrivacy | None = None, releases_per_day: float | None = None) -> PrivacyUnit:
     batches = [(w.region, b) for w in windows for b in w.batches]
     eps = max(float(b.eps) for _, b in batches)
     day = privacy_over_time(eps, period_s, 24.0)
@@ -71,11 +76,21 @@ def privacy_unit(windows: list[WindowMessage], period_s: float, central_target=N
                  "no amplification by shuffling claimed")
     else:
         after = "no central guarantee from the shuffle (windows state none)"
+    per_unit = unit_guarantee(unit or UnitPrivacy(), eps, releases_per_day or 86400.0 / period_s)
     return PrivacyUnit(eps_per_report=eps, period_s=period_s, eps_per_hour=day.eps_per_hour, eps_per_day=day.eps_total,
                        shuffle=shuffle, central_eps=None if central is None else central[0],
                        central_delta=None if central is None else central[1],
-                       d_sigma_alpha=max(alphas) if alphas else None, statement=f"{spent}; {after}",
-                       central_target=None if central_target is None else check_target(batches, central_target))
+                       d_sigma_alpha=max(alphas) if alphas else None,
+                       statement=f"{per_unit.statement()}; local DP, {spent}; {after}",
+                       central_target=None if central_target is None else check_target(batches, central_target),
+                       **unit_fields(per_unit))
+
+
+def unit_fields(g: UnitGuarantee) -> dict:
+    """The privacy unit's fields of a PrivacyUnit (rase_common.privacy.unit_guarantee)."""
+    return {"unit": g.unit, "devices_per_unit": g.devices_per_unit, "eps_per_release": g.eps_per_release,
+            "releases_per_day": g.releases_per_day, "eps_per_unit_day": g.eps_per_unit_day,
+            "eps_day_budget": g.eps_day_budget, "guarantee": "event-level" if g.event_level else "per unit per day"}
 
 
 def check_target(batches, target) -> CentralTargetCheck:  # noqa: ANN001

@@ -8,6 +8,7 @@ from collections import Counter
 import numpy as np
 
 from fusion_center.estimators import Estimate, bootstrap_unbiased, mle, sample_mean, windowed
+from rase_common.privacy import UnitPrivacy
 from fusion_center.ldp.context import add_context
 from rase_common.mechanisms import Estimates, Mechanism, Setting, mechanism
 from rase_common.protocol.aggregate import Aggregate, EstimateOut, WindowedOut
@@ -114,13 +115,14 @@ def estimate_reports(kind: str, by_level: dict[float, np.ndarray], setting: Sett
 def aggregate(t: int, windows: list[WindowMessage], precision: ControlMessage, known_regions: set[str], *,
               level: float = 0.95, bootstrap_b: int = 1000, history: dict[str, dict[int, Estimate]] | None = None,
               windows_w: tuple[int, ...] = (), rng: np.random.Generator | None = None, central_target=None,
-              clip_bias_bound: float | None = None) -> tuple[Aggregate, dict]:
+              clip_bias_bound: float | None = None, unit: UnitPrivacy | None = None) -> tuple[Aggregate, dict]:
     """Estimates for one timestamp, by the registry entry of the kind of
     report (rase_common.mechanisms). `history` maps history_key(kind,
     estimator) -> {t: Estimate} of earlier timestamps (for windowed averages);
     the new ones are returned alongside so the caller can extend it (under
     history_key(agg.mechanism, name)). central_target and clip_bias_bound:
-    see fusion_center.ldp.context."""
+    see fusion_center.ldp.context; unit: the fusion center's own [privacy]
+    (default: a device, event-level)."""
     # Estimate the reports as what they are (each batch's kind): the deployment's
     # mechanism, or around a change of it the kind most reports have; others are counted.
     kinds: Counter[str] = Counter()
@@ -155,7 +157,8 @@ def aggregate(t: int, windows: list[WindowMessage], precision: ControlMessage, k
                     other_kind_reports=sum(kinds.values()) - kinds[kind],
                     frequencies=[_out(e) for e in out.frequencies], clamped=out.clamped,
                     share_at_bound=out.share_at_bound, windowed=win, privacy=privacy)
-    agg = add_context(agg, windows, precision, central_target=central_target, clip_bias_bound=clip_bias_bound)
+    agg = add_context(agg, windows, precision, central_target=central_target, clip_bias_bound=clip_bias_bound,
+                      unit=unit)
     return agg, est
 
 

@@ -86,7 +86,7 @@ class LdpEstimation(Role):
         if w.region not in self.merger.known:
             raise ProtocolError("unknown_region", f"region {w.region!r} is not one of {sorted(self.merger.known)}")
         self.decided.append((w.region, w.t, w.revision))   # stored or refused for good: the fog hears of it
-        schedule = self.ctx.precision.schedule()
+        schedule = self.ctx.precision.window_schedule()
         now = self.ctx.clock.now()
         now_t, oldest_t = schedule.t_of(now), schedule.t_of(now - self.ctx.cfg.max_window_age_s)
         if not oldest_t <= w.t <= now_t + 2:
@@ -133,7 +133,7 @@ class LdpEstimation(Role):
         return bool(self.merger.pending)
 
     def revise_horizon_t(self) -> int:
-        schedule = self.ctx.precision.schedule()
+        schedule = self.ctx.precision.window_schedule()
         now_t = schedule.t_of(self.ctx.clock.now())
         return now_t - int(self.ctx.cfg.revise_for_s // schedule.period_s) - 1
 
@@ -149,7 +149,7 @@ class LdpEstimation(Role):
         agg, est = aggregate(t, windows, self.ctx.precision, self.merger.known, level=cfg.level,
                              bootstrap_b=cfg.bootstrap_b, history=self.ctx.history.series,
                              windows_w=tuple(cfg.windows_w), central_target=cfg.central_target,
-                             clip_bias_bound=cfg.clipping.bias_bound_w if cfg.clipping else None)
+                             clip_bias_bound=cfg.clipping.bias_bound_w if cfg.clipping else None, unit=cfg.privacy)
         return agg, est, time.perf_counter() - t0
 
     async def close_due(self, now_t: int) -> int:

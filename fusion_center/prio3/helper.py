@@ -58,6 +58,7 @@ from rase_common.mqtt import MqttSink
 from rase_common.outbox import OutboxSender
 from rase_common.protocol import topics
 from rase_common.protocol.aggregate import Aggregate
+from rase_common.privacy import UnitPrivacy
 from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.prio3 import (MAX_PARTS, Prio3Batch, Prio3Params, Prio3Share, parse_leader_message, slot,
                                         split_slot, unpack)
@@ -449,8 +450,8 @@ class Prio3Helper:
         self.store.prune(t - 100_000)
 
     def aggregate(self, t: int, ready: list[tuple[str, dict]], precision: ControlMessage, *, level: float,
-                  history, windows_w: tuple[int, ...], clip_bias_bound: float | None = None
-                  ) -> tuple[Aggregate, dict] | None:  # noqa: ANN001
+                  history, windows_w: tuple[int, ...], clip_bias_bound: float | None = None,
+                  unit: UnitPrivacy | None = None) -> tuple[Aggregate, dict] | None:  # noqa: ANN001
         """The aggregate of t (None: nothing publishable; its records are forgotten).
         Its params, noise and k_min are the helper's own (the records carry its params)."""
         current = precision.prio3
@@ -473,7 +474,8 @@ class Prio3Helper:
             return None
         return build_aggregate(t, mine, precision, set(self.known), level=level,
                                noise=not self.cfg.unsafe_no_noise_for_tests, dropped=dropped, history=history,
-                               windows_w=windows_w, bits=self.noise_bits, clip_bias_bound=clip_bias_bound)
+                               windows_w=windows_w, bits=self.noise_bits, clip_bias_bound=clip_bias_bound,
+                               unit=unit)
 
 
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusion_center.estimators import Estimate, windowed
-from fusion_center.ldp.context import clip, iso_utc
+from fusion_center.ldp.context import clip, iso_utc, unit_fields
 from fusion_center.ldp.merge import history_key
 from rase_common.mechanisms import Setting
 from rase_common.mechanisms.prio3 import NoiseSum, central_noise, draw_noise, estimate_total
-from rase_common.privacy import privacy_over_time
+from rase_common.privacy import UnitPrivacy, privacy_over_time, unit_guarantee
 from rase_common.protocol.aggregate import Aggregate, EstimateOut, PrivacyUnit, WindowedOut
 from rase_common.protocol.control import ControlMessage
 from rase_common.protocol.prio3 import (SEAL_OVERHEAD, PartyView, Prio3Batch, Prio3Params, Prio3Share, Prio3Summary,
@@ -150,7 +150,7 @@ def merge_ready(records: list[dict], params: Prio3Params, *, noise: bool = True,
 def build_aggregate(t: int, ready: list[tuple[str, dict]], precision: ControlMessage, known: set[str], *,
                     level: float, noise: bool = True, dropped: dict[str, str] | None = None,
                     history: dict[str, dict[int, Estimate]] | None = None, windows_w: tuple[int, ...] = (),
-                    bits=None, clip_bias_bound: float | None = None
+                    bits=None, clip_bias_bound: float | None = None, unit: UnitPrivacy | None = None
                     ) -> tuple[Aggregate, dict[str, Estimate]]:  # noqa: ANN001
     """The published aggregate of t from its regions' ready records (all of
     one deployment's params: the helper's own, stored with each record)."""
@@ -191,23 +191,23 @@ def build_aggregate(t: int, ready: list[tuple[str, dict]], precision: ControlMes
                     frequencies=[_out(e) for e in out.frequencies], clamped=False, share_at_bound=0.0, windowed=win,
                     privacy=[{"region": r, "mechanism": "prio3", "dp_eps": params.dp_eps} for r in regions],
                     prio3=summary)
-    return with_context(agg, params, precision, clip_bias_bound), est
+    return with_context(agg, params, precision, clip_bias_bound, unit), est
 
 
 def with_context(agg: Aggregate, params: Prio3Params, precision: ControlMessage,
-                 clip_bias_bound: float | None) -> Aggregate:
+                 clip_bias_bound: float | None, own_unit: UnitPrivacy | None = None) -> Aggregate:
     """The fields every aggregate has beside its estimates (fusion_center.ldp.context):
-    wall-clock time, the privacy unit and, for a sum, the clipping."""
+    wall-clock time, the privacy unit (the helper's own [privacy]) and, for a sum, the clipping."""
     assert agg.prio3 is not None
     wc = agg.prio3.wall_clock
     day = privacy_over_time(params.dp_eps, wc.period_s, 24.0)
+    g = unit_guarantee(own_unit or UnitPrivacy(), params.dp_eps, 86400.0 / wc.period_s)
     unit = PrivacyUnit(
         eps_per_report=params.dp_eps, period_s=wc.period_s, eps_per_hour=day.eps_per_hour, eps_per_day=day.eps_total,
         shuffle="none", central_eps=params.dp_eps, central_delta=0.0,
-        statement=(f"eps {params.dp_eps:g} per release, one report per device per {wc.period_s:g} s "
-                   f"({day.eps_per_hour:,.6g} per hour, {day.eps_total:,.6g} per day, basic composition); "
-                   f"secure aggregation: central ({params.dp_eps:g}, 0)-DP per release if the fog or the fusion "
-                   "center is honest (docs/privacy.md section 7)"))
+        statement=(f"{g.statement()}; secure aggregation: central ({params.dp_eps:g}, 0)-DP per report's "
+                   f"release, one report per device per {wc.period_s:g} s, if the fog or the fusion center is honest "
+                   "(docs/privacy.md section 7)"), **unit_fields(g))
     update = {"t_start": wc.t_start, "t_end": wc.t_end, "t_start_iso": iso_utc(wc.t_start),
               "t_end_iso": iso_utc(wc.t_end), "period_s": wc.period_s, "privacy_unit": unit}
     if params.kind == "sum":

@@ -92,7 +92,8 @@ class HelperRole(Role):
         for t, ready, first in helper.due(now):
             made = helper.aggregate(t, ready, ctx.precision, level=ctx.cfg.level, history=ctx.history.series,
                                     windows_w=tuple(ctx.cfg.windows_w),
-                                    clip_bias_bound=ctx.cfg.clipping.bias_bound_w if ctx.cfg.clipping else None)
+                                    clip_bias_bound=ctx.cfg.clipping.bias_bound_w if ctx.cfg.clipping else None,
+                                    unit=ctx.cfg.privacy)
             if made is not None and store.store_aggregate("all", t, made[0].model_dump_json(), ctx.clock.now()):
                 ctx.history.add(made[0].mechanism, t, made[1])
                 ctx.stored(made[0], made[1], now - first)

@@ -222,7 +222,8 @@ class Prio3Mechanism(Mechanism):
     fog_role = "fog_shuffler.prio3.role:LeaderRole"
     fusion_role = "fusion_center.prio3.role:HelperRole"
     # A leader's schedule and params are its own (issue 26): a control message stating others is refused.
-    own_fields = ("mechanism", "period_s", "epoch0", "since_t", "previous_period_s", "previous_epoch0", "mode_params")
+    own_fields = ("mechanism", "period_s", "epoch0", "since_t", "previous_period_s", "previous_epoch0", "mode_params",
+                  "interval_s")
 
     def params_of(self, msg: dict) -> Any:
         from rase_common.protocol.prio3 import Prio3Params

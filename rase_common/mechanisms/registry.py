@@ -1,9 +1,12 @@
 """The mechanism registry: name -> the server half of each mechanism.
 
-Adding a mechanism: its device randomizer module (rase_device) and one row of
-rase_device.mechanisms.RANDOMIZERS, one module of this package, and one line
-here. tests/unit/rase_common/test_mechanism_registry.py checks that this
-table and the device's agree (names, order, default, randomizer classes)."""
+Adding a mechanism: five places (docs/architecture.md): its device randomizer
+module (rase_device) and one row of rase_device.mechanisms.RANDOMIZERS, one
+module of this package, one line here, and its module's file in
+rase_device/manifest.py. tests/unit/rase_common/test_mechanism_registry.py
+checks that this table and the device's agree (names, order, default,
+randomizer classes); tests/unit/test_one_place.py that nothing else names it.
+Each entry also names its roles in the fog and the fusion center."""
 
 from __future__ import annotations
 

@@ -59,8 +59,18 @@ class PrivacyUnit(BaseModel):
     central_eps: float | None = None   # after the shuffle: the weakest window's central eps (uniform/BUDS only)
     central_delta: float | None = None
     d_sigma_alpha: float | None = None  # alpha of the windows shuffled by Mallows (d_sigma privacy of the order)
-    statement: str                     # the same in one line of words
+    statement: str                     # the same in one line of words, the unit's day first
     central_target: CentralTargetCheck | None = None
+    # The privacy unit (issue 28, the fusion center's own [privacy]): a device, or a household of
+    # devices_per_unit devices; what one release and one UTC day cost it (basic composition), and the
+    # daily budget the deployment enforces (None: event-level, no daily guarantee).
+    unit: Literal["device", "household"] = "device"
+    devices_per_unit: int = Field(1, ge=1)
+    eps_per_release: float | None = None     # the unit's: its devices' eps per report added up
+    releases_per_day: float | None = None
+    eps_per_unit_day: float | None = None
+    eps_day_budget: float | None = None
+    guarantee: Literal["event-level", "per unit per day"] = "event-level"
 
 
 class Clipping(BaseModel):

@@ -10,12 +10,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rase_device.mechanisms import ALL_MECHANISMS, DEFAULT_MECHANISM, check_mechanism
+from rase_device.interval import check_interval
+from rase_device.mechanisms import ALL_MECHANISMS, DEFAULT_MECHANISM, MEAN_MECHANISMS, check_mechanism
+from rase_common.privacy import stated_or
 from rase_common.protocol.prio3 import Prio3Params
 from rase_device.report_kind import DEFAULT_BANDS, DEFAULT_ON_ABOVE, check_bands
 from rase_device.policy import LocalPolicy
 from rase_device.randomizer import Calibration, check_finite
 from rase_device.schedule import Schedule
+from rase_device.secagg import product_period_s
 
 
 class ControlMessage(BaseModel):
@@ -45,14 +48,23 @@ class ControlMessage(BaseModel):
     # mechanism "prio3" (secure aggregation, docs/privacy.md): the report kind, the
     # product, eps per release and the key id of the helper key devices pinned.
     prio3: Prio3Params | None = None
+    # An interval product (issue 28, rase_device.interval): devices sample every period_s and send one
+    # report per interval_s, the clipped mean of its samples; windows and aggregates are intervals on
+    # epoch0's grid. None: one report per period (the per-report, event-level stream). With prio3 it is
+    # prio3.interval_s (product "interval").
+    interval_s: float | None = Field(None, gt=0, le=86400)
 
     @model_validator(mode="after")
     def _valid(self) -> "ControlMessage":
         cal = self.calibration()  # the device's own rules, so both sides agree
         if (self.mechanism == "prio3") != (self.prio3 is not None):
             raise ValueError("prio3 is set exactly when mechanism is \"prio3\"")
+        if self.interval_s is not None:
+            check_interval(self.interval_s, self.period_s)
         if self.prio3 is not None:
             _check_prio3(self, cal.grid_max)
+        elif self.interval_s is not None and self.mechanism not in MEAN_MECHANISMS:
+            raise ValueError("interval_s averages readings: it needs a mean mechanism or prio3 sum")
         check_mechanism(self.mechanism)
         check_finite("on_above", self.on_above)
         check_bands(list(self.bands))
@@ -69,6 +81,60 @@ class ControlMessage(BaseModel):
             raise ValueError("since_t, previous_period_s and previous_epoch0 come together")
         return Schedule(self.period_s, self.epoch0, self.since_t,
                         Schedule(self.previous_period_s, self.previous_epoch0))
+
+    @property
+    def window_period_s(self) -> float:
+        """What one window and one aggregate cover: the interval, a prio3 product's hour or day, or the period."""
+        if self.prio3 is not None:
+            return self.prio3.window_period_s(self.period_s)
+        return self.interval_s or self.period_s
+
+    def window_schedule(self) -> Schedule:
+        """The windows' schedule: an interval product's (or prio3 product's)
+        intervals on epoch0's grid, else the reporting schedule (piecewise
+        across a schedule change)."""
+        if self.window_period_s != self.period_s:
+            return Schedule(self.window_period_s, self.epoch0)
+        return self.schedule()
+
+    @property
+    def releases_per_day(self) -> float:
+        return 86400.0 / self.window_period_s
+
+    @staticmethod
+    def window_seconds_of(raw: dict) -> float:
+        """window_period_s of a raw (unvalidated) message: its prio3 product's, its interval_s, or its period."""
+        prio3 = raw.get("prio3")
+        prio3 = prio3.model_dump() if isinstance(prio3, BaseModel) else prio3
+        period = float(raw.get("period_s", 8.0))
+        if prio3:
+            return float(product_period_s(prio3.get("product", "per-t"), period, prio3.get("interval_s")))
+        return float(raw.get("interval_s") or period)
+
+    @staticmethod
+    def per_report(raw: dict) -> dict:
+        """A raw message as the event-level stream: one report per period (no interval product)."""
+        out = {**raw, "interval_s": None}
+        prio3 = raw.get("prio3")
+        if prio3:
+            prio3 = dict(prio3.model_dump() if isinstance(prio3, BaseModel) else prio3)
+            if prio3.get("product") == "interval":
+                prio3.update(product="per-t", interval_s=None)
+            out["prio3"] = prio3
+        return out
+
+    @staticmethod
+    def with_eps_per_report(raw: dict, eps: float) -> dict:
+        """A raw message with its eps menu (and prio3 dp_eps) set to eps (a party's own, from its daily
+        budget: rase_common.privacy.eps_from_day); ValueError if it states another."""
+        out = dict(raw)
+        out["eps_levels"] = [stated_or("eps_levels", raw.get("eps_levels"), eps)]
+        prio3 = raw.get("prio3")
+        if prio3:
+            prio3 = dict(prio3.model_dump() if isinstance(prio3, BaseModel) else prio3)
+            prio3["dp_eps"] = stated_or("prio3.dp_eps", prio3.get("dp_eps"), eps)
+            out["prio3"] = prio3
+        return out
 
     def same_schedule_as(self, period_s: float, epoch0: float) -> bool:
         """Whether a config's period_s and epoch0 state this message's schedule
@@ -133,6 +199,8 @@ def _check_prio3(msg: ControlMessage, grid_steps: int) -> None:
     """The same rules as the device's parser (rase_device.wire.parse_control) and Prio3Client."""
     p = msg.prio3
     assert p is not None
+    if msg.interval_s != p.interval_s:
+        raise ValueError(f"interval_s must be prio3.interval_s ({p.interval_s}) when mechanism is prio3")
     if msg.eps_levels != [p.dp_eps]:
         raise ValueError(f"eps_levels must be [prio3.dp_eps] = [{p.dp_eps}] when mechanism is prio3")
     if p.kind == "sum" and p.max_measurement != grid_steps:

@@ -36,6 +36,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from rase_device import prio3_binary, wire
+from rase_device.interval import check_interval
 from rase_device.prio3 import NONCE_SIZE, Prio3
 from rase_device.secagg import chunk_length, make_vdaf, params_text, product_period_s, report_ctx
 
@@ -53,7 +54,8 @@ class Prio3Params(BaseModel):
     rase_device.wire.parse_prio3, tested against this model)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["sum", "count", "histogram"] = "sum"
-    product: Literal["per-t", "hourly", "daily"] = "per-t"
+    product: Literal["per-t", "hourly", "daily", "interval"] = "per-t"
+    interval_s: float | None = Field(None, gt=0, le=86400)   # product "interval" only: its length (issue 28)
     dp_eps: float = Field(1.0, gt=0, le=100)            # eps of each release (per timestamp of the product)
     key_id: str = Field(min_length=1, max_length=64, pattern=r"^[^/+#\s]+$")   # the helper key devices pinned
     max_measurement: int | None = Field(None, ge=1, lt=1 << 32)               # sum: grid steps of the range
@@ -70,14 +72,18 @@ class Prio3Params(BaseModel):
             raise ValueError("prio3.chunk_length must be <= buckets")
         if self.product != "per-t" and self.kind != "sum":
             raise ValueError(f"prio3.product {self.product!r} averages readings: it needs kind sum")
+        if (self.product == "interval") != (self.interval_s is not None):
+            raise ValueError("prio3.interval_s is set exactly for prio3.product \"interval\"")
+        if self.interval_s is not None:
+            check_interval(self.interval_s, 0)
         return self
 
     @classmethod
     def for_deployment(cls, kind: str, *, key_id: str, dp_eps: float, grid_steps: int, bands: list[float],
-                       product: str = "per-t") -> "Prio3Params":
+                       product: str = "per-t", interval_s: float | None = None) -> "Prio3Params":
         """The params of a kind on a deployment's grid (sum) or bands (histogram)."""
         buckets = len(bands) + 1
-        return cls(kind=kind, product=product, dp_eps=dp_eps, key_id=key_id,
+        return cls(kind=kind, product=product, interval_s=interval_s, dp_eps=dp_eps, key_id=key_id,
                    max_measurement=grid_steps if kind == "sum" else None,
                    buckets=buckets if kind == "histogram" else None,
                    chunk_length=chunk_length(buckets) if kind == "histogram" else None)
@@ -119,7 +125,7 @@ class Prio3Params(BaseModel):
         return {"sum": self.max_measurement or 0, "count": 1, "histogram": 2}[self.kind]
 
     def window_period_s(self, period_s: float) -> float:
-        return float(product_period_s(self.product, period_s))
+        return float(product_period_s(self.product, period_s, self.interval_s))
 
     def report_sizes(self) -> tuple[int, int, int, int]:
         """Bytes of (nonce, public share, leader share, sealed helper share)."""

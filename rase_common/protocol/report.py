@@ -61,13 +61,23 @@ def decode_report(payload: bytes | str) -> ReportFields | Report:
 
 class PrivacySpent(BaseModel):
     """What a device spends (basic composition): eps per report, per hour at
-    its reporting period, and so far in the current budget period."""
+    its reporting cadence, and so far in the current budget period; the
+    privacy unit it is charged to (itself or a household, whose eps_day it
+    has `share` of; eps_day None: event-level, no daily guarantee), and, when
+    the budget is spent, when it renews (midnight UTC for a daily budget)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     eps_per_report: float | None = Field(None, ge=0)
     eps_per_hour: float | None = Field(None, ge=0)
     spent_this_period: float = Field(ge=0)
     budget_per_period: float = Field(gt=0)
     budget_period_s: float = Field(gt=0)
+    unit: Literal["device", "household"] = "device"
+    household: str | None = None
+    eps_day: float | None = Field(None, gt=0)
+    share: float = Field(1.0, gt=0, le=1)
+    guarantee: Literal["event-level", "per unit per day"] = "event-level"
+    renews_at: float | None = None         # unix seconds
+    renews_at_utc: str | None = None       # the same, "YYYY-MM-DDTHH:MM:SSZ"
 
 
 class StatusCounts(BaseModel):

@@ -86,6 +86,9 @@ def service_env(service: str, broker: ShippedMosquitto, bootstrap: str, state: P
         f"{prefix}KAFKA__BOOTSTRAP_SERVERS": bootstrap, f"{prefix}KAFKA__SECURITY_PROTOCOL": "PLAINTEXT",
         f"{prefix}KAFKA__IDEMPOTENT": "false", f"{prefix}METRICS_PORT": str(free_port()),
         f"{prefix}JOURNAL_PATH" if service.startswith("fog") else f"{prefix}STORE_PATH": str(state / f"{service}.sqlite"),
+        # An aggregate every 8 s, not every half-hour: the per-report stream, an explicit event-level run
+        # (the compose configs ship the half-hourly product at eps 8 per household-day, issue 28).
+        f"{prefix}PRIVACY__EVENT_LEVEL": "true",
     })
     return env
 

@@ -83,13 +83,15 @@ def wait_log(path, text, count, timeout_s=20):
     raise AssertionError(Path(path).read_text())
 
 
-def test_sigkill_while_consuming_loses_and_duplicates_nothing(own_mosquitto, tmp_path):
+def fusion_and_fog(tmp_path: Path, port: int, name: str, merge_deadline_s: float):  # noqa: ANN201
+    """A `rase fusion` process (mechanism br, one region) on the broker at port, and a paho client
+    standing in for its fog: (store, config, log path, log file, process, client)."""
     db = tmp_path / "fusion.sqlite"
     cfg = tmp_path / "fusion.toml"
     cfg.write_text(f"""
-name = "crash"
+name = "{name}"
 regions = ["r1"]
-merge_deadline_s = 60
+merge_deadline_s = {merge_deadline_s}
 bootstrap_b = 200
 store_path = "{db}"
 tick_s = 0.01
@@ -97,14 +99,19 @@ tick_s = 0.01
 epoch0 = {recent_epoch0()}
 mechanism = "br"
 [broker]
-port = {own_mosquitto.port}
+port = {port}
 """)
     log_path = tmp_path / "fusion.log"
     log = open(log_path, "ab")
     proc = start(cfg, log)
-    pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="crash-fog", protocol=mqtt.MQTTv311)
-    pub.connect("127.0.0.1", own_mosquitto.port)
+    pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{name}-fog", protocol=mqtt.MQTTv311)
+    pub.connect("127.0.0.1", port)
     pub.loop_start()
+    return db, cfg, log_path, log, proc, pub
+
+
+def test_sigkill_while_consuming_loses_and_duplicates_nothing(own_mosquitto, tmp_path):
+    db, cfg, log_path, log, proc, pub = fusion_and_fog(tmp_path, own_mosquitto.port, "crash", 60)
     try:
         wait_log(log_path, "fusion subscribed", 1)
         infos = []

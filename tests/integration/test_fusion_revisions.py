@@ -13,12 +13,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-import paho.mqtt.client as mqtt
 import pytest
 
 from rase_common.protocol.window import WindowMessage
-from tests.integration.test_fusion_crash import start, stop
-from tests.mqtt_helpers import recent_epoch0
+from tests.integration.test_fusion_crash import fusion_and_fog, stop
 
 pytestmark = pytest.mark.integration
 T = 1000          # recent_epoch0 makes the wall clock's t this
@@ -39,27 +37,7 @@ def newest(db: Path) -> tuple[int, int] | None:
 
 
 def test_late_batches_arriving_during_a_revisions_estimate_are_counted_once(own_mosquitto, tmp_path):
-    db = tmp_path / "fusion.sqlite"
-    cfg = tmp_path / "fusion.toml"
-    cfg.write_text(f"""
-name = "revisions"
-regions = ["r1"]
-merge_deadline_s = 0.2
-bootstrap_b = 200
-store_path = "{db}"
-tick_s = 0.01
-[precision]
-epoch0 = {recent_epoch0()}
-mechanism = "br"
-[broker]
-port = {own_mosquitto.port}
-""")
-    log_path = tmp_path / "fusion.log"
-    log = open(log_path, "ab")
-    proc = start(cfg, log)
-    pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="revisions-fog", protocol=mqtt.MQTTv311)
-    pub.connect("127.0.0.1", own_mosquitto.port)
-    pub.loop_start()
+    db, cfg, log_path, log, proc, pub = fusion_and_fog(tmp_path, own_mosquitto.port, "revisions", 0.2)
     sizes = {0: 3000, 1: 30_000, 2: 100, 3: 50, 4: 20}
 
     def send(rev: int) -> None:

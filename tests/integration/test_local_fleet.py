@@ -27,8 +27,10 @@ N = 12
 
 def _fleet(tmp_path: Path, env: dict[str, str], *extra: str) -> subprocess.Popen:
     log = open(tmp_path / "fleet.log", "w")
+    # Reports every period (no fusion center's interval product here): an explicit event-level run (issue 28).
     return subprocess.Popen([sys.executable, "-m", "rase.cli", "agent", "--fleet", str(N), "--config",
-                             str(ROOT / "configs/agent.example.toml"), *extra], cwd=tmp_path, stdout=log,
+                             str(ROOT / "configs/agent.example.toml"), "--event-level", *extra], cwd=tmp_path,
+                            stdout=log,
                             stderr=subprocess.STDOUT, env={**os.environ, "RASE_AGENT_PERIOD_S": "1.0", **env})
 
 

@@ -126,7 +126,9 @@ def test_forged_retained_control_messages_never_stop_or_weaken_an_agent(mosquitt
     rec = Recorder(mosquitto.port, ["rase/v1/reports/#", "rase/v1/status/#"], persistent=False)
     env = dict(os.environ, RASE_AGENT_BROKER__PORT=str(mosquitto.port), RASE_AGENT_DEVICE="victim",
                RASE_AGENT_SPEEDUP="80", RASE_AGENT_EPS="0.5", RASE_AGENT_LEDGER_PATH=str(tmp_path / "ledger.json"))
-    cmd = [sys.executable, "-m", "rase.cli", "agent", "--config", str(ROOT / "configs/agent.example.toml")]
+    # The per-report stream (eps 1 every period, no fusion center here): an explicit event-level run (issue 28).
+    cmd = [sys.executable, "-m", "rase.cli", "agent", "--config", str(ROOT / "configs/agent.example.toml"),
+           "--event-level"]
     log_path = tmp_path / "agent.log"
     log = open(log_path, "ab")
     starts: list[int] = []                  # where each run's reports begin in the recording

@@ -36,6 +36,7 @@ def test_the_block_is_the_four_commands_a_person_types():
     lines = [line for line in walkthrough().splitlines() if line.strip()]
     assert [line.split()[0] for line in lines] == ["rase", "rase", "rase", "mosquitto_sub"]
     assert "--fleet 12" in lines[2]
+    assert all("--event-level" in line for line in lines[:3])      # the per-report stream: an explicit choice
 
 
 def test_the_readme_says_why_the_walkthroughs_mean_repeats_with_the_mechanisms_own_numbers():
@@ -45,7 +46,8 @@ def test_the_readme_says_why_the_walkthroughs_mean_repeats_with_the_mechanisms_o
     from rase_common.mechanisms import mechanism
 
     text = " ".join((ROOT / "README.md").read_text().split(MARKER, 1)[1].split())
-    precision = FusionConfig.load(ROOT / "configs/fusion.example.toml").precision
+    # What the walkthrough runs: the shipped config with --event-level (its per-report stream).
+    precision = FusionConfig.load(ROOT / "configs/fusion.example.toml", privacy={"event_level": True}).precision
     assert precision.mechanism == "duchi" and precision.eps_levels == [1.0]
     low, high = mechanism("duchi").device_values(_calibration(precision), 1.0)
     said = re.search(r"one of two values \((-?\d+) or (\d+) W at eps 1 over the example range (\d+)-(\d+) W", text)
@@ -71,6 +73,10 @@ def test_readme_walkthrough_ends_in_an_aggregate(mosquitto, tmp_path):
     assert agg.n >= 10 and agg.regions == ["r1"] and "mean" in agg.estimates
     # Why the mean repeats from one t to the next, in the aggregate itself (README says so too).
     assert f"the mean of these {agg.n} reports is one of {agg.n + 1} values" in agg.what["mean"], agg.what
+    # What it promises per household per day, as README says: event-level, eps 97,200 a household-day (issue 28).
+    unit = agg.privacy_unit
+    assert unit is not None and unit.guarantee == "event-level" and unit.unit == "household"
+    assert "eps 97,200 per household per UTC day" in unit.statement, unit.statement
     assert run.took < 60, f"the first aggregate took {run.took:.0f} s"
     # The services said what they did, and stopped cleanly on SIGTERM.
     assert "fleet of 12 simulated devices" in run.log and "fog fog1 started" in run.log

@@ -38,6 +38,7 @@ def test_the_block_is_the_commands_a_person_types():
     lines = [line for line in walkthrough().splitlines() if line.strip()]
     assert [line.split()[0] for line in lines] == ["rase", "cp", "cp", "cp", "sed", "rase", "rase", "rase",
                                                    "mosquitto_sub"]
+    assert all("--event-level" in line for line in lines[5:8])     # the per-report stream: an explicit choice
     # The example configs it copies exist, and each one says what the secure mode needs.
     for name in ("fusion", "fog", "agent"):
         text = (ROOT / f"configs/{name}.secagg.example.toml").read_text()
@@ -88,6 +89,9 @@ def test_the_two_party_walkthrough_ends_in_a_secure_aggregate(mosquitto, tmp_pat
     assert agg.period_s == 8.0 and agg.t_end - agg.t_start == 8.0 and agg.t_start == agg.t * 8.0
     assert agg.privacy_unit.eps_per_report == 1.0 and agg.privacy_unit.central_eps == 1.0
     assert agg.privacy_unit.central_delta == 0.0 and agg.privacy_unit.shuffle == "none"
+    # --event-level: the per-report stream, said so per household per day (issue 28).
+    assert agg.privacy_unit.guarantee == "event-level" and "eps 97,200 per household per UTC day" in \
+        agg.privacy_unit.statement, agg.privacy_unit.statement
     s = agg.prio3
     assert s.noise["draws"] == 2 and s.noise["off_for_tests"] == "no"
     views = s.regions["r1"]

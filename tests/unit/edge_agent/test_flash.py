@@ -29,8 +29,14 @@ def test_bundle_has_everything_a_board_needs(bundle):
 
 
 def test_compiled_bundle_runs_under_micropython(bundle, micropython):
+    """The shipped config's board: before a control message its own eps 1 is past its ninth of household h1's
+    eps 8 a day (no report, budget_exhausted); with the shipped fusion center's control message (the
+    half-hourly product) it reports each half-hour's mean at eps 8 / 48 / 9 (issue 28)."""
+    from fusion_center.config import FusionConfig
+
+    control = FusionConfig.load(CONFIG.parent / "fusion.example.toml").precision
     binfiles = {"/" + str(p.relative_to(bundle)): p.read_bytes() for p in bundle.rglob("*.mpy")}
-    files = {"/rase_config.json": (bundle / "rase_config.json").read_text()}
+    files = {"/rase_config.json": (bundle / "rase_config.json").read_text(), "/control.json": control.model_dump_json()}
     code = """
 import json
 from rase_device.board import build_core, load_config
@@ -38,11 +44,16 @@ from rase_device.entropy import RandomBits
 cfg = load_config('/rase_config.json')
 core = build_core(cfg, bits=RandomBits(read=lambda n: bytes(__import__('jsentropy').urandom(n))))
 core.step(512.0, 1.7e9)
+print(core.status, len(core.outbox))
+core.apply_control(open('/control.json').read())
+core.step(512.0, 1.7e9 + 8)
+core.step(700.0, 1.7e9 + 1808)
 print(core.outbox.pop()[1])
 """
-    out = micropython([code], with_agent=False, binfiles=binfiles, files=files)[0]
-    rep = json.loads(out)
-    assert rep["v"] == 1 and rep["seq"] == 1 and rep["eps"] == 1.0
+    out = micropython([code], with_agent=False, binfiles=binfiles, files=files)[0].strip().splitlines()
+    assert out[0] == "budget_exhausted 0"
+    rep = json.loads(out[1])
+    assert rep["v"] == 1 and rep["seq"] == 1 and rep["eps"] == control.eps_levels[0] == 1213 / 65536
 
 
 def test_bad_config_is_one_clear_error(tmp_path, capsys):
