@@ -442,16 +442,18 @@ def ceiling_c(port: int, broker_pid: int, publishers: int, devices: int, windows
 
 
 def _write_configs(work: Path, port: int, regions: list[str], devices: int, fog_groups: list[list[str]],
-                   tag: str, keys: dict | None = None) -> list[Path]:
+                   tag: str, keys: dict | None = None, parts: int = 1) -> list[Path]:
     """The fusion center's config, then each fog's. Without keys: mechanism
     "br", what _reports makes. keys (rase_common.secagg.write_keys): a prio3
-    deployment, Prio3Sum on the 0..PRIO3_MAX grid, eps 1 per release."""
+    deployment, Prio3Sum on the 0..PRIO3_MAX grid, eps 1 per release. parts
+    (prio3, one region): that many fogs, each a leader worker with every
+    parts-th device (issue 30)."""
     fusion = work / "fusion.toml"
     if keys:
         precision = (f'eps_levels = [1.0]\nmechanism = "prio3"\n[precision.prio3]\nkind = "sum"\n'
                      f'max_measurement = {PRIO3_MAX}\ndp_eps = 1.0\nkey_id = "{keys["key_id"]}"\n')
         helper = (f'[prio3]\nprivate_key_file = "{keys["private_key_file"]}"\nkey_id = "{keys["key_id"]}"\n'
-                  f'verify_key_file = "{keys["verify_key_file"]}"\n')
+                  f'verify_key_file = "{keys["verify_key_file"]}"\nleader_parts = {parts}\n')
         device = 'device_mechanism = "prio3"\neps_levels = [1.0]\n'
         leader = (f'[prio3]\nverify_key_file = "{keys["verify_key_file"]}"\n[prio3.params]\nkind = "sum"\n'
                   f'max_measurement = {PRIO3_MAX}\ndp_eps = 1.0\nkey_id = "{keys["key_id"]}"\n')
@@ -461,14 +463,22 @@ def _write_configs(work: Path, port: int, regions: list[str], devices: int, fog_
                       f'store_path = "{work}/fusion.sqlite"\ntick_s = 0.01\n'
                       f"[precision]\nperiod_s = {PERIOD_S}\n{precision}[broker]\nport = {port}\n{helper}")
     paths = [fusion]
+    if parts > 1:
+        assert keys and len(fog_groups) == 1 and len(fog_groups[0]) == 1, "parts: one prio3 region"
+        (work / "parts.key").write_text(os.urandom(32).hex())
+        fog_groups = fog_groups * parts
     for i, owned in enumerate(fog_groups):
         # A fresh name per run: the fog's broker session is persistent.
         text = (f'name = "bench-fog{i}-{tag}"\nperiod_s = {PERIOD_S}\nepoch0 = 0\nlateness_periods = {LATENESS}\n'
                 f'k_min = 10\njournal_path = "{work}/fog{i}.sqlite"\ntick_s = 0.01\n{device}'
                 f"[broker]\nport = {port}\n{leader}")
+        if parts > 1:     # [prio3]'s keys, before its [prio3.params] table
+            text = text.replace("[prio3.params]", f'part = {i}\nparts = {parts}\nparts_key_file = "{work}/parts.key"\n'
+                                                  "[prio3.params]")
         for region in owned:
-            devs = [_device(region, d) for d in range(devices)]
-            groups = [devs[j:j + 9] for j in range(0, devices, 9)]
+            devs = [_device(region, d) for d in range(devices)][i::parts] if parts > 1 else \
+                [_device(region, d) for d in range(devices)]
+            groups = [devs[j:j + 9] for j in range(0, len(devs), 9)]
             text += f"[regions.{region}]\ngroups = {json.dumps(groups)}\n"
         p = work / f"fog{i}.toml"
         p.write_text(text)
@@ -505,14 +515,17 @@ def _wait_ready(port: int, sub: Subscriber, journals: dict[str, Path], timeout_s
         while waiting or not sub.control_seen.is_set():
             if time.time() > deadline:
                 raise RuntimeError(f"services not ready within {timeout_s:.0f} s (fogs waiting: {sorted(waiting)})")
-            for region in waiting:
-                probe.sendall(publish_packet(wire.report_topic(region, "probe"), "{}", 1))
+            # A key is a region (probed from an unregistered device), or a report topic (a leader worker
+            # subscribes to its own devices' topics only: probed from one of them).
+            for key in waiting:
+                probe.sendall(publish_packet(key if "/" in key else wire.report_topic(key, "probe"), "{}", 1))
             time.sleep(0.2)
-            for region, path in list(waiting.items()):
+            for key, path in list(waiting.items()):
                 try:
                     with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as db:
-                        if db.execute("SELECT 1 FROM quarantine WHERE source LIKE '%/probe'").fetchone():
-                            del waiting[region]
+                        if db.execute("SELECT 1 FROM quarantine WHERE source LIKE ?",
+                                      (key if "/" in key else "%/probe",)).fetchone():
+                            del waiting[key]
                 except sqlite3.Error:
                     pass     # not created yet
     finally:
@@ -628,37 +641,42 @@ def pipeline(port: int, broker_pid: int, fogs: int, publishers: int, devices: in
 
 
 def secure_pipeline(port: int, broker_pid: int, publishers: int, devices: int, windows: int,
-                    pace_s: float | None = None) -> dict:
+                    pace_s: float | None = None, parts: int = 1) -> dict:
     """One fog as Prio3's leader and the fusion center as its helper; Prio3Sum
     reports. pace_s: a window every pace_s seconds (devices reporting every
-    pace_s), else as fast as possible."""
+    pace_s), else as fast as possible. parts: that many fogs, leader workers
+    of the region's devices (issue 30), the fusion center summing their parts."""
     from rase_common.secagg import write_keys
 
     tag = f"{os.getpid()}-{time.monotonic_ns()}"
     with tempfile.TemporaryDirectory(prefix="rase-e2e-prio3-") as tmp:
         work = Path(tmp)
         keys = write_keys(work / "keys")
-        fusion_cfg, fog_cfg = _write_configs(work, port, ["r1"], devices, [["r1"]], tag, keys)
+        fusion_cfg, *fog_cfgs = _write_configs(work, port, ["r1"], devices, [["r1"]], tag, keys, parts)
+        journals = ({wire.report_topic("r1", _device("r1", k)): work / f"fog{k}.sqlite" for k in range(parts)}
+                    if parts > 1 else {"r1": work / "fog0.sqlite"})
         # INFO: the leader logs each window's close time.
-        with _services(port, work, fusion_cfg, [fog_cfg], {"r1": work / "fog0.sqlite"}, fog_level="INFO") as (
-                sub, fusion, (fog,)):
-            cpu = CpuSampler({"fog (leader)": [fog.pid], "fusion (helper)": [fusion.pid], "broker": [broker_pid],
-                              "subscriber (this script)": [os.getpid()]},
+        with _services(port, work, fusion_cfg, fog_cfgs, journals, fog_level="INFO") as (sub, fusion, fogs):
+            cpu = CpuSampler({"fog (leader)": [f.pid for f in fogs], "fusion (helper)": [fusion.pid],
+                              "broker": [broker_pid], "subscriber (this script)": [os.getpid()]},
                              with_children=("fusion (helper)", "fog (leader)"))   # both verify on workers
             t0 = int(time.time() // PERIOD_S) - LATENESS // 2
-            parts = [Prio3Reports(keys["public_key"], "r1", devices, windows, t0, i, publishers, keys["key_id"])
-                     for i in range(publishers)]
+            generators = [Prio3Reports(keys["public_key"], "r1", devices, windows, t0, i, publishers, keys["key_id"])
+                          for i in range(publishers)]
             sent = devices * windows
             pace = [(len(range(i, devices, publishers)), pace_s) for i in range(publishers)] if pace_s else None
             print(f"  making {sent} prio3 reports ...", file=sys.stderr, flush=True)
-            started, gen_cpu = _run_publishers(port, parts, made_first=True, pace=pace)
+            started, gen_cpu = _run_publishers(port, generators, made_first=True, pace=pace)
             deadline = time.time() + 180 + windows * (pace_s or 0)
             while len(sub.aggregates) < windows and time.time() < deadline:
                 time.sleep(0.05)
             time.sleep(0.5)
         # The leader's close per window (shuffle, verify_init, journal), before its batch goes out.
-        closes = {int(t): float(s) for t, s in re.findall(r"fog prio3 \(r1, (\d+)\): closed, \d+ reports, batch "
-                                                          r"queued in ([0-9.]+) s", (work / "fog0.log").read_text())}
+        closes: dict[int, float] = {}      # a window's close: its slowest part's
+        for k in range(parts):
+            for t, secs in re.findall(r"fog prio3 \(r1, (\d+)\): closed, \d+ reports, batch queued in ([0-9.]+) s",
+                                      (work / f"fog{k}.log").read_text()):
+                closes[int(t)] = max(closes.get(int(t), 0.0), float(secs))
         _keep_logs(work, f"prio3-{'paced' if pace_s else 'throughput'}")
         by_t = {t: at - sub.windows[("r1", t)] for t, (at, _n) in sorted(sub.aggregates.items())
                 if ("r1", t) in sub.windows}
@@ -667,7 +685,8 @@ def secure_pipeline(port: int, broker_pid: int, publishers: int, devices: int, w
         last_agg = max(at for at, _n in sub.aggregates.values()) if sub.aggregates else float("nan")
         use = cpu.between(started, last_agg, sent)
         _cpu_us(use, "load generators", gen_cpu, sent)
-        result = {"paced_s": pace_s, "offered_rate": devices / pace_s if pace_s else None, "reports": sent,
+        result = {"paced_s": pace_s, "parts": parts, "offered_rate": devices / pace_s if pace_s else None,
+                  "reports": sent,
                   "seconds": last_batch - started,
                   "rate": sent / (last_batch - started), "rate_to_last_aggregate": sent / (last_agg - started),
                   **use, "windows": len(sub.windows), "aggregates": len(sub.aggregates), "lost": sent - n_agg,
@@ -695,6 +714,9 @@ def one_round(broker: Mosquitto, args: argparse.Namespace) -> dict:
     if args.mechanism == "prio3":
         runs["prio3"] = lambda: secure_pipeline(port, pid, pubs, devs, args.prio3_windows)
         runs["prio3_paced"] = lambda: secure_pipeline(port, pid, pubs, devs, args.prio3_windows, args.prio3_pace)
+        if args.prio3_parts > 1:
+            runs["prio3_parts"] = lambda: secure_pipeline(port, pid, pubs, devs, args.prio3_windows,
+                                                          parts=args.prio3_parts)
     for name, run in runs.items():
         print(f"  {name} ...", file=sys.stderr, flush=True)
         out[name] = run()
@@ -755,6 +777,9 @@ def _print_round(k: int, r: dict, args: argparse.Namespace) -> None:
         print(_row("prio3, to last aggregate", p["rate_to_last_aggregate"], r, p))
         paced = f"prio3, a window every {args.prio3_pace:g} s (offered)"
         print(_row(paced, q["offered_rate"], r, q, ratios=False))
+        if "prio3_parts" in r:
+            x = r["prio3_parts"]
+            print(_row(f"prio3, {x['parts']} leader workers, to last agg", x["rate_to_last_aggregate"], r, x))
     ratios = [f"synchronous FULL / NORMAL: {r['full_vs_normal']:.2f}"] if "full_vs_normal" in r else []
     if "one_fog_full_no_detection" in r:
         ratios.append(f"detection on / off: {r['one_fog_full']['rate'] / r['one_fog_full_no_detection']['rate']:.2f}")
@@ -792,6 +817,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prio3-pace", type=float, default=8.0,
                     help="prio3 latency run: a window every this many seconds, as devices reporting every period "
                          "(default %(default)s; the throughput run sends as fast as possible)")
+    ap.add_argument("--prio3-parts", type=int, default=1,
+                    help="prio3: also a throughput run with the region's devices over this many leader workers "
+                         "(fogs; issue 30), beside the one-worker runs")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rounds = []
