@@ -95,15 +95,21 @@ def validate(topic: str, payload: bytes, now_t: int, rules: IngestRules) -> Acce
     return Accepted(region, device, rep.t, float(rep.y), float(rep.eps), rules.mechanism)
 
 
-def parse_report(topic: str, payload: bytes, now_t: int, rules: IngestRules, model, max_bytes: int):  # noqa: ANN001
-    """(region, device, the report as `model`) once its size, topic, schema,
-    device and t pass, or Rejected: what every kind of report is checked for."""
+def sized_report_topic(topic: str, payload: bytes, max_bytes: int) -> tuple[str, str]:
+    """(region, device) of a report of at most max_bytes on a report topic, or
+    Rejected (oversized, bad_topic): the first checks of every kind of report."""
     if len(payload) > max_bytes:
         raise Rejected("oversized", f"{len(payload)} bytes")
     where = parse_report_topic(topic)
     if where is None:
         raise Rejected("bad_topic", topic[:80])
-    region, device = where
+    return where
+
+
+def parse_report(topic: str, payload: bytes, now_t: int, rules: IngestRules, model, max_bytes: int):  # noqa: ANN001
+    """(region, device, the report as `model`) once its size, topic, schema,
+    device and t pass, or Rejected: what every kind of report is checked for."""
+    region, device = sized_report_topic(topic, payload, max_bytes)
     try:
         # Parsed and validated in one pass: a local-DP report by msgspec when it
         # takes it, else by the model (pydantic), whose error types give the reasons.

@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fog_shuffler.ingest import Accepted, IngestRules, Rejected, add_reasons, parse_report
+from fog_shuffler.ingest import Accepted, IngestRules, Rejected, add_reasons, parse_report, sized_report_topic
 from fog_shuffler.reports import split
 from fog_shuffler.windows import ClosedWindow
 from rase_common.protocol.prio3 import (MAX_PRIO3_REPORT_BYTES, Prio3Batch, Prio3Params, Prio3Report, Prio3Share,
                                         Prio3Statement, Prio3Summary, Prio3Verify, nonce_digest, pack_mask,
                                         pack_rows, parts_of, read_binary_report, share_size_error)
-from rase_common.protocol.topics import parse_report_topic
 from rase_device import prio3_binary
 from rase_common.secagg import masked_share, noisy_share, part_mask, tile
 from rase_common.vdaf import Prio3Aggregator
@@ -76,12 +75,7 @@ def validate_binary_report(topic: str, payload: bytes, now_t: int, rules: Ingest
     unknown_version), device, t, the deployment's mechanism, its params id
     (params_mismatch) and its share sizes (malformed_share). No eps to check:
     the params id commits to dp_eps."""
-    if len(payload) > MAX_PRIO3_REPORT_BYTES:
-        raise Rejected("oversized", f"{len(payload)} bytes")
-    where = parse_report_topic(topic)
-    if where is None:
-        raise Rejected("bad_topic", topic[:80])
-    region, device = where
+    region, device = sized_report_topic(topic, payload, MAX_PRIO3_REPORT_BYTES)
     sizes = params.report_sizes() if params is not None else None
     try:
         t, _seq, pid, *shares = read_binary_report(payload, sizes)
