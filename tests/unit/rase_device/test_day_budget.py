@@ -11,6 +11,7 @@ import math
 
 import pytest
 
+from rase_device import prio3_binary
 from rase_device.core import AgentCore
 from rase_device.interval import IntervalMean, check_interval, eps_per_release, releases_per_day
 from rase_device.ledger import BudgetLedger, utc_text
@@ -18,7 +19,7 @@ from rase_device.mechanisms import ALL_MECHANISMS, MEAN_MECHANISMS
 from rase_device.policy import LocalPolicy
 from rase_device.randomizer import EPS_UNITS, Calibration, eps_units_ceil, eps_units_floor
 from rase_common.protocol.control import ControlMessage
-from rase_common.protocol.prio3 import Prio3Params, Prio3Report
+from rase_common.protocol.prio3 import Prio3Params
 from rase_common.protocol.report import Status
 from rase_common.vdaf import generate_keypair
 
@@ -97,8 +98,17 @@ def run_day(core: AgentCore, start: float, seconds: float) -> list[dict]:
     for k in range(int(seconds // 8)):
         p = core.step(300.0 + (k % 50), start + 8 * k + 1)
         if p is not None:
-            made.append(json.loads(p))
+            made.append(as_dict(p))
     return made
+
+
+def as_dict(payload: bytes | str) -> dict:
+    """A report as a dict: JSON, or a binary Prio3 report's header (t, seq, p: no eps, its params id commits
+    to dp_eps)."""
+    if isinstance(payload, bytes) and prio3_binary.is_binary(payload):
+        _version, t, seq, pid, *_shares = prio3_binary.decode(payload)
+        return {"t": t, "seq": seq, "p": pid}
+    return json.loads(payload)
 
 
 # (mechanism, interval): the mean mechanisms and prio3 half-hourly, the count and band kinds per period.
@@ -114,16 +124,17 @@ def test_a_device_refuses_the_report_that_would_overspend_its_day_in_every_mode(
     core = device(tmp_path, mechanism, 1.0, {"unit": "device", "household": "d1", "eps_day": 1.0, "share": 1.0})
     core.apply_control(control(mechanism, 0.125, interval_s).model_dump_json())
     made = run_day(core, DAY0, 86400 if interval_s else 200 * 8)
-    assert len(made) == 8 and all(r["eps"] == 0.125 for r in made)
+    assert len(made) == 8
+    if mechanism == "prio3":        # binary reports: the params id, which commits to dp_eps 0.125
+        assert all(r["p"] == control(mechanism, 0.125, interval_s).prio3.params_id for r in made)
+    else:
+        assert all(r["eps"] == 0.125 for r in made)
     assert core.status == "budget_exhausted" and core.skipped_budget >= 1
     status = Status.model_validate_json(core.status_payload())
     assert status.privacy is not None and status.privacy.renews_at == DAY0 + 86400
     assert status.privacy.renews_at_utc == "2015-01-09T00:00:00Z"
     assert status.privacy.guarantee == "per unit per day" and status.privacy.eps_day == 1.0
     assert core.ledger.remaining(DAY0 + 3600) == 0.0
-    if mechanism == "prio3":
-        rep = Prio3Report.model_validate_json(json.dumps(made[0]))
-        assert rep.p == control(mechanism, 0.125, interval_s).prio3.params_id
     again = run_day(core, DAY0 + 86400, 3 * 3600 if interval_s else 5 * 8)
     assert again and core.status == "online"                    # a new UTC day: a new budget
 
@@ -139,7 +150,10 @@ def test_a_households_devices_each_refuse_past_their_share(tmp_path, mechanism, 
         core.apply_control(control(mechanism, 0.125, interval_s).model_dump_json())
         made = run_day(core, DAY0, 86400 if interval_s else 100 * 8)
         assert len(made) == 4 and core.status == "budget_exhausted"
-        total += sum(r["eps"] for r in made)
+        stated = control(mechanism, 0.125, interval_s)
+        # A binary Prio3 report states no eps: its params id names the dp_eps it spends.
+        total += sum(r["eps"] if "eps" in r else {stated.prio3.params_id: stated.prio3.dp_eps}[r["p"]]
+                     for r in made)
         p = Status.model_validate_json(core.status_payload()).privacy
         assert p is not None and (p.unit, p.household, p.share, p.eps_day) == ("household", "hh1", 0.25, 2.0)
     assert total <= 2.0 + 1e-9
