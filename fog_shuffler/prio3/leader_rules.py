@@ -364,12 +364,6 @@ def published_totals(agg: Aggregate) -> dict[str, int]:
     return out
 
 
-# Where a published aggregate contradicts the leader (compare_published, published_totals, and an aggregate of
-# mechanism prio3 without its summary): the fixed set of its discrepancy kinds.
-PUBLISHED_KINDS = ("published_unstated", "published_views_missing", "published_accepted", "published_received",
-                   "leader_misquoted", "published_n", "published_received_total", "published_summary_missing")
-
-
 def statement_view(s: Prio3Statement):  # noqa: ANN201 - a PartyView
     """The leader's statement as the aggregate carries it (Prio3Summary.regions[...].leader)."""
     from rase_common.protocol.prio3 import PartyView
