@@ -7,7 +7,8 @@ Users, one per identity (the shipped mosquitto.conf sets
 - `fog-<name>` for each fog config: reads its regions' reports and the
   control message, writes only its regions' window topics; as Prio3's leader
   it also writes its regions' statements (rase/v1/prio3/statements/{region},
-  which no one else may write) and reads the per-t aggregates;
+  which no one else may write) and reads the aggregates (per t and the
+  retained latest one) to compare them with its statements;
 - `fusion-<name>` for the fusion center: reads the windows of every region,
   writes control and aggregates, and cannot read reports or status;
 - each subscriber: reads aggregates, the fusion center's status (online /
@@ -30,9 +31,9 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from fusion_center.announce.home_assistant import DISCOVERY_PREFIX, discovery_topic
-from rase_common.protocol.topics import (AGGREGATES_T_FILTER, CONTROL_TOPIC as CONTROL, PRIO3_STATEMENTS_FILTER,
-                                         PRIO3_STATEMENTS_PREFIX, PRIO3_VERIFY_PREFIX, fusion_status_topic,
-                                         window_receipts_topic)
+from rase_common.protocol.topics import (AGGREGATE_LATEST_TOPIC, AGGREGATES_T_FILTER, CONTROL_TOPIC as CONTROL,
+                                         PRIO3_STATEMENTS_FILTER, PRIO3_STATEMENTS_PREFIX, PRIO3_VERIFY_PREFIX,
+                                         fusion_status_topic, window_receipts_topic)
 
 HEALTH = "health"     # the broker's healthcheck: reads its $SYS status only
 BROKER_METRICS = "broker-metrics"   # rase broker-metrics: reads $SYS
@@ -105,10 +106,11 @@ def build_acl(fogs: Iterable[FogUsers], *, fusion: str = "fusion-fusion1",
         lines += [f"topic write rase/v1/windows/{r}" for r in sorted(fog.regions)]
         # Secure aggregation: the helper (fusion) answers the leader (fog) on rase/v1/prio3/verify/{region}
         # (a leader worker: .../{region}/{part}); the leader states its own account of each window where only
-        # it may write (issue 26), and reads the published per-t aggregates to compare them with it.
+        # it may write (issue 26), and reads the published aggregates, per t and the retained latest one
+        # (what Home Assistant shows), to compare them with it.
         lines += [f"topic read {PRIO3_VERIFY_PREFIX}{fog.key(r)}" for r in sorted(fog.regions)]
         lines += [f"topic write {PRIO3_STATEMENTS_PREFIX}{fog.key(r)}" for r in sorted(fog.regions)]
-        lines += [f"topic read {AGGREGATES_T_FILTER}"]
+        lines += [f"topic read {AGGREGATES_T_FILTER}", f"topic read {AGGREGATE_LATEST_TOPIC}"]
         # Why the fog rejects a device's reports, on that device's own topic (fog_shuffler.feedback).
         if fog.parts > 1:
             lines += [f"topic write rase/v1/feedback/{r}/{d}" for r in sorted(fog.regions)

@@ -41,9 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,9 @@ from fog_shuffler.ingest import IngestRules, Rejected
 from fog_shuffler.prio3.leader_journal import SHARE_SEQ, LeaderJournal
 from fog_shuffler.prio3.leader_rules import (PRIO3, PartOf, Prio3Accepted, close_batch, compare_published,
                                              dropped_share,
-                                             finish_window, helper_columns, leader_verify, record_columns, record_of,
-                                             records_matrix, split_prio3, statement_of, validate_report)
+                                             finish_window, helper_columns, leader_verify, published_totals,
+                                             record_columns, record_of, records_matrix, split_prio3, statement_of,
+                                             validate_report)
 from fog_shuffler.shuffle.randomness import window_rng
 from fog_shuffler.windows import ClosedWindow
 from rase_common import deadletter
@@ -76,6 +78,7 @@ from rase_device import prio3_binary
 
 log = logging.getLogger(__name__)
 LARGE = 2000          # verify in a worker thread above this many reports
+COMPARED_KEPT = 64    # digests of compared aggregates kept (the retained latest one repeats one of them)
 
 
 class Prio3FogConfig(BaseModel):
@@ -175,6 +178,7 @@ class Prio3Leader:
         self.statement_sender: OutboxSender | None = None
         self.finished = 0                 # windows whose noisy share was queued (each makes one aggregate)
         self.checked = 0                  # published secure aggregates compared with the statements
+        self.compared: OrderedDict[bytes, None] = OrderedDict()   # sha256 of the newest ones compared
         self.alarm = Alarm("fog prio3", log)       # refusals and discrepancies: WARNING once per episode
 
     # -- start -----------------------------------------------------------------------------
@@ -245,10 +249,11 @@ class Prio3Leader:
 
     def subscriptions(self, replies_over_mqtt: bool = True) -> list[tuple[str, int]]:
         """The helper's answers (when they come over MQTT; a part's on its own topic) and the published
-        aggregates (compared with the leader's statements, whatever the transport)."""
+        aggregates, per t and the retained latest one (compared with the leader's statements, whatever
+        the transport)."""
         replies = [(topics.prio3_verify_topic(self.slot(r)), 1) for r in sorted(self.regions)] \
             if replies_over_mqtt else []
-        return replies + [(topics.AGGREGATES_T_FILTER, 1)]
+        return replies + [(topics.AGGREGATES_T_FILTER, 1), (topics.AGGREGATE_LATEST_TOPIC, 1)]
 
     def tasks(self) -> list:
         out = [self.sender.run(), self._work()]
@@ -321,29 +326,58 @@ class Prio3Leader:
     # -- the published aggregates, against the leader's own statements ----------------------------
     @staticmethod
     def is_aggregate(topic: str) -> bool:
-        return topic.startswith(topics.AGGREGATES_PREFIX + "t/")
+        """A per-t aggregate, or the retained latest one (what Home Assistant reads): both are compared."""
+        return topic.startswith(topics.AGGREGATES_PREFIX + "t/") or topic == topics.AGGREGATE_LATEST_TOPIC
 
-    def check_aggregate(self, payload: bytes) -> dict[str, int]:
+    def check_aggregate(self, payload: bytes, retained: bool = False) -> dict[str, int]:
         """Compare a published secure aggregate with the leader's statements of
-        its regions; each discrepancy is counted and alarmed. Returns them."""
+        its regions, and with itself (its n against its regions' views); each
+        discrepancy is counted and alarmed. Returns them. An aggregate naming
+        none of this leader's regions, or only windows before its journal's
+        horizon, is not the leader's to judge. retained: the latest aggregate,
+        which repeats a per-t one (and comes again on each subscribe): the same
+        bytes already compared are not counted twice."""
         try:
             agg = Aggregate.model_validate_json(payload)
         except ValidationError:
             return {}                  # not ours to judge: the fusion center's own schema
-        if agg.prio3 is None:
+        digest = hashlib.sha256(payload).digest()
+        if retained and digest in self.compared:
             return {}
-        self.checked += 1
+        views = agg.prio3.regions if agg.prio3 is not None else {}
         found: dict[str, int] = {}
-        for region in sorted(r for r in self.regions if self.slot(r) in agg.prio3.regions):
+        where: dict[str, str] = {}
+        judged = False
+        for region in sorted(self.regions):
+            named = region in agg.regions
+            if not named and self.slot(region) not in views:
+                continue
             text = self.journal.statement(region, agg.t)
             stated = Prio3Statement.model_validate_json(text) if text else None
             if stated is None and not self.journal.knows(region, agg.t):
                 continue               # before this journal's horizon: nothing to compare with
-            for kind, k in compare_published(stated, self.slot(region), agg.prio3).items():
+            judged = True
+            if agg.prio3 is None:
+                # A prio3 aggregate without its summary: no views to compare, its n unaccounted for.
+                mine = {"published_summary_missing": 1} if agg.mechanism == PRIO3 else {}
+            else:
+                mine = compare_published(stated, self.slot(region), agg.prio3, named)
+            for kind, k in mine.items():
                 found[kind] = found.get(kind, 0) + k
-                self.metrics.discrepancies.labels(kind).inc(k)
-                self.alarm.raised(kind, f"the aggregate of t={agg.t} contradicts the leader's statement of "
-                                        f"({region}, {agg.t}): {kind}")
+                where.setdefault(kind, f"the leader's statement of ({region}, {agg.t})")
+        if not judged:
+            return {}
+        self.checked += 1
+        self.compared[digest] = None
+        while len(self.compared) > COMPARED_KEPT:
+            self.compared.popitem(last=False)
+        for kind, k in published_totals(agg).items():
+            found[kind] = found.get(kind, 0) + k
+            where.setdefault(kind, "itself (its n, its estimates' n and prio3's totals against the sums of "
+                                   "prio3.regions, which the leaders compare)")
+        for kind, k in found.items():
+            self.metrics.discrepancies.labels(kind).inc(k)
+            self.alarm.raised(kind, f"the aggregate of t={agg.t} contradicts {where[kind]}: {kind}")
         return found
 
     def commit(self, replies: list[tuple[str, int, int, str]]) -> None:

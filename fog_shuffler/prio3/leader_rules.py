@@ -24,6 +24,7 @@ from fog_shuffler.windows import ClosedWindow
 from rase_common.protocol.prio3 import (MAX_PRIO3_REPORT_BYTES, Prio3Batch, Prio3Params, Prio3Report, Prio3Share,
                                         Prio3Statement, Prio3Summary, Prio3Verify, nonce_digest, pack_mask,
                                         pack_rows, parts_of, read_binary_report, share_size_error)
+from rase_common.protocol.aggregate import Aggregate
 from rase_device import prio3_binary
 from rase_common.secagg import masked_share, noisy_share, part_mask, tile
 from rase_common.vdaf import Prio3Aggregator
@@ -307,19 +308,26 @@ def dropped_share(region: str, t: int, total: int, reason: str, part: int = 0) -
                       noise_draws=0)
 
 
-def compare_published(stated: Prio3Statement | None, region: str, summary: Prio3Summary) -> dict[str, int]:
+def compare_published(stated: Prio3Statement | None, region: str, summary: Prio3Summary, named: bool = False
+                      ) -> dict[str, int]:
     """Where a published aggregate's account of this leader's region
-    contradicts the leader's own statement, by kind (empty: it agrees):
+    contradicts the leader's own statement, by kind (empty: it agrees).
+    region: the leader's key of it (the region, or region/part); named: the
+    aggregate's `regions` lists the region.
     - published_unstated: it includes the region, but the leader released no
       share for that window (a helper answering for a batch it was not sent);
+    - published_views_missing: it names the region, whose window the leader
+      released, but carries no views of it (nothing to compare: its n unaccounted for);
     - published_accepted / published_received: its n or its batch size for the
       region is not what the leader counted;
     - leader_misquoted: the leader's view it carries is not the leader's statement."""
     views = summary.regions.get(region)
-    if views is None:
+    if views is None and not named:
         return {}
     if stated is None or stated.dropped is not None:
         return {"published_unstated": 1}
+    if views is None:
+        return {"published_views_missing": 1}
     out = {}
     if views.helper.accepted != stated.accepted:
         out["published_accepted"] = 1
@@ -328,6 +336,25 @@ def compare_published(stated: Prio3Statement | None, region: str, summary: Prio3
     mine = statement_view(stated)
     if views.leader is not None and views.leader != mine:
         out["leader_misquoted"] = 1
+    return out
+
+
+def published_totals(agg: Aggregate) -> dict[str, int]:
+    """Where a published secure aggregate contradicts itself, by kind (empty:
+    it adds up). Its regions' views are what the leaders compare with their
+    statements, so the totals must be theirs, or the views vouch for nothing:
+    - published_n: its n, its estimates' n, prio3.accepted and the sum of
+      its regions' accepted (prio3.regions.*.helper.accepted) are not all one number;
+    - published_received_total: prio3.received is not the sum of its regions' received."""
+    ns = {agg.n} | {e.n for e in agg.estimates.values()} | {e.n for e in agg.frequencies}
+    out = {}
+    if agg.prio3 is not None:
+        views = agg.prio3.regions.values()
+        ns |= {agg.prio3.accepted, sum(v.helper.accepted for v in views)}
+        if agg.prio3.received != sum(v.helper.received for v in views):
+            out["published_received_total"] = 1
+    if len(ns) > 1:
+        out["published_n"] = 1
     return out
 
 

@@ -5,7 +5,7 @@ is how the fog hosts it). Named by the registry's prio3 entry
 
 It claims the Prio3 reports on the report topics (by their kind: a nonce
 among the first fields), the helper's answers and the published per-t
-aggregates (compared with the leader's own statements, issue 26); its
+aggregates and the retained latest one (compared with the leader's own statements, issue 26); its
 reports live in the fog's windows like any others, and at close it gets the
 window's Prio3 part. It hears every control message's outcome: one refused
 for other prio3 params is an alarm.
@@ -121,7 +121,7 @@ class LeaderRole(ReportRole):
 
     def subscriptions(self) -> list[tuple[str, int]]:
         # Over MQTT the helper answers on topics of its own; over Kafka its answers have their own topic.
-        # The per-t aggregates always come over MQTT (compared with the leader's statements).
+        # The per-t aggregates and the retained latest one always come over MQTT (compared with the statements).
         return self.leader.subscriptions(replies_over_mqtt=self.ctx.cfg.sink == "mqtt")
 
     def tasks(self) -> list:
@@ -139,7 +139,8 @@ class LeaderRole(ReportRole):
                 self._replies.append(row)
             return None
         if self.leader.is_aggregate(msg.topic):
-            self.leader.check_aggregate(msg.payload)  # a discrepancy is counted and alarmed there
+            # A discrepancy is counted and alarmed there; the retained latest one repeats a per-t one.
+            self.leader.check_aggregate(msg.payload, retained=msg.topic == topics.AGGREGATE_LATEST_TOPIC)
             return None
         ctx = self.ctx
         rep = ctx.gate.validate_with(msg.topic, msg.payload, now_t, self._check, RETRY_UNDER_PREVIOUS)

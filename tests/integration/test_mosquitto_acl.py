@@ -83,6 +83,7 @@ def test_acl_enforces_who_reads_and_writes_what(acl_broker):
     try:
         assert Client(p, "dev1", "bad-password").connected is False
         fog.sub("rase/v1/reports/#")
+        fog.sub("rase/v1/aggregates/latest")    # what Home Assistant shows: the fog compares it with its statements
         fusion.sub("rase/v1/#")            # asks for everything (reports, status too); gets only what the ACL grants
         dash.sub("rase/v1/#")
         dev1.sub("rase/v1/#")
@@ -93,13 +94,16 @@ def test_acl_enforces_who_reads_and_writes_what(acl_broker):
         attempt(p, "dev1", "rase/v1/aggregates/latest")  # dropped
         fog.pub("rase/v1/windows/r1")              # allowed
         fusion.pub("rase/v1/aggregates/t/1")       # allowed
+        fusion.pub("rase/v1/aggregates/latest")    # allowed
         fusion.pub("rase/v1/control/precision")    # allowed
         attempt(p, "dashboard", "rase/v1/aggregates/t/2")  # subscribers cannot write: dropped
         attempt(p, "fusion-c", "rase/v1/reports/r1/dev1")    # the fusion center cannot forge reports
         time.sleep(0.5)
-        assert fog.got == ["rase/v1/reports/r1/dev1"]
-        assert sorted(fusion.got) == ["rase/v1/aggregates/t/1", "rase/v1/control/precision", "rase/v1/windows/r1"]
-        assert sorted(dash.got) == ["rase/v1/aggregates/t/1", "rase/v1/control/precision"]   # what the numbers mean
+        assert sorted(fog.got) == ["rase/v1/aggregates/latest", "rase/v1/reports/r1/dev1"]
+        assert sorted(fusion.got) == ["rase/v1/aggregates/latest", "rase/v1/aggregates/t/1", "rase/v1/control/precision",
+                                      "rase/v1/windows/r1"]
+        assert sorted(dash.got) == ["rase/v1/aggregates/latest", "rase/v1/aggregates/t/1",
+                                    "rase/v1/control/precision"]   # what the numbers mean
         assert dev1.got == ["rase/v1/control/precision"]
     finally:
         for c in (fog, fusion, dash, dev1):

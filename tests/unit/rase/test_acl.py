@@ -31,12 +31,14 @@ def test_each_fog_and_device_gets_exactly_its_own_topics():
     assert acl["fog-a"] == ["topic read rase/v1/reports/r1/+", "topic read rase/v1/control/precision",
                             "topic write rase/v1/windows/r1", "topic read rase/v1/prio3/verify/r1",
                             "topic write rase/v1/prio3/statements/r1", "topic read rase/v1/aggregates/t/+",
+                            "topic read rase/v1/aggregates/latest",
                             "topic write rase/v1/feedback/r1/+", "topic read rase/v1/windows-kept/r1"]
     assert acl["fog-b"] == ["topic read rase/v1/reports/r2/+", "topic read rase/v1/reports/r3/+",
                             "topic read rase/v1/control/precision", "topic write rase/v1/windows/r2",
                             "topic write rase/v1/windows/r3", "topic read rase/v1/prio3/verify/r2",
                             "topic read rase/v1/prio3/verify/r3", "topic write rase/v1/prio3/statements/r2",
                             "topic write rase/v1/prio3/statements/r3", "topic read rase/v1/aggregates/t/+",
+                            "topic read rase/v1/aggregates/latest",
                             "topic write rase/v1/feedback/r2/+", "topic write rase/v1/feedback/r3/+",
                             "topic read rase/v1/windows-kept/r2", "topic read rase/v1/windows-kept/r3"]
     assert acl["fusion-x"][:3] == ["topic read rase/v1/windows/r1", "topic read rase/v1/windows/r2",

@@ -71,6 +71,15 @@ def test_the_leader_inside_the_fog_service(tmp_path):
         assert share.accepted == 4 and share.agg_share and share.noise_draws == 0
         assert fog.roles.get("prio3").leader.journal.state("r1", 20) == "done" and fog.roles.get("prio3").leader.journal.batch("r1", 20) == b""
         assert all(t >= 20 - 3 for _, t, _ in fog.roles.get("prio3").leader.nonces.values())        # older ones pruned
+        # A prio3 aggregate of (r1, 20) without its summary, on the retained latest topic (what Home Assistant
+        # reads): compared like a per-t one; the same bytes redelivered (a new subscribe) are counted once.
+        leader = fog.roles.get("prio3").leader
+        lie = json.dumps({"t": 20, "n": 4, "regions": ["r1"], "complete": True, "level": 0.95, "estimates": {},
+                          "mechanism": "prio3", "clamped": False, "share_at_bound": 0.0}).encode()
+        for topic in (topics.AGGREGATE_LATEST_TOPIC, topics.AGGREGATE_LATEST_TOPIC, topics.aggregate_topic(20)):
+            source.put(topic, lie)
+        await settle()
+        assert leader.metrics.discrepancies.labels("published_summary_missing")._value.get() == 2
         stop.set()
         await task
 

@@ -24,6 +24,7 @@ import pytest
 import fusion_center.prio3.helper as helper_module
 from fusion_center.prio3.helper_rules import Answer
 from rase_common.protocol.aggregate import Aggregate
+from rase_common.protocol import topics
 from rase_common.protocol.prio3 import Prio3Verify, pack, pack_mask
 from tests.secagg_parties import TwoParties
 
@@ -85,6 +86,7 @@ def test_a_helper_that_claims_another_n_is_an_alarm(tmp_path):
     lie["n"] = lie["prio3"]["accepted"] = 60
     lie["prio3"]["regions"]["r1"]["helper"]["accepted"] = 60
     lie["prio3"]["regions"]["r1"]["leader"]["accepted"] = 60
+    lie["estimates"]["mean"]["n"] = 60              # a lie that adds up: only the fog's statement contradicts it
     found = tp.leader.check_aggregate(json.dumps(lie).encode())
     assert found == {"published_accepted": 1, "leader_misquoted": 1}
     assert tp.metric(tp.leader.metrics.discrepancies, kind="published_accepted") == 1
@@ -92,6 +94,109 @@ def test_a_helper_that_claims_another_n_is_an_alarm(tmp_path):
     (stated,) = tp.published_statements("r1")
     assert stated.accepted == 45 != Aggregate.model_validate(lie).prio3.regions["r1"].helper.accepted
 
+
+
+def test_a_helper_that_publishes_another_n_is_an_alarm_even_if_its_views_are_honest(tmp_path):
+    """privacy.md s7: "fusion center | publish another n | the fog compares
+    every aggregate with its statement: an alarm". The helper publishes n = 60
+    (and prio3.accepted = 60) for a window both accepted 45 reports of, but
+    leaves prio3.regions as it was: its n is not the sum of its regions' views,
+    which the fog compares with its statement (published_n)."""
+    tp = TwoParties(tmp_path, devices=45, leader_noise=False, helper_noise=False)
+    agg = tp.window("r1", 100, MEASUREMENTS[:45])
+    lie = json.loads(agg.model_dump_json())
+    lie["n"] = lie["prio3"]["accepted"] = 60
+    lie["estimates"]["mean"]["n"] = 60
+    found = tp.leader.check_aggregate(json.dumps(lie).encode())
+    assert found == {"published_n": 1}, "an aggregate with n = 60 where the fog stated 45 raised no discrepancy"
+    assert tp.metric(tp.leader.metrics.discrepancies, kind="published_n") == 1
+    # Only the estimates' n: the same.
+    lie = json.loads(agg.model_dump_json())
+    lie["estimates"]["mean"]["n"] = 60
+    assert tp.leader.check_aggregate(json.dumps(lie).encode()) == {"published_n": 1}
+    # The batch size too (prio3.received against the regions' received).
+    lie = json.loads(agg.model_dump_json())
+    lie["prio3"]["received"] = 50
+    assert tp.leader.check_aggregate(json.dumps(lie).encode()) == {"published_received_total": 1}
+
+
+def test_a_helper_that_drops_the_regions_table_is_an_alarm(tmp_path):
+    """The same lie, but the helper also leaves out prio3.regions (or the
+    fog's region in it): an aggregate naming the fog's region without its
+    views (published_views_missing), whose n its views do not add up to."""
+    tp = TwoParties(tmp_path, devices=45, leader_noise=False, helper_noise=False)
+    agg = tp.window("r1", 100, MEASUREMENTS[:45])
+    lie = json.loads(agg.model_dump_json())
+    lie["n"] = lie["prio3"]["accepted"] = lie["prio3"]["received"] = 4500
+    lie["prio3"]["regions"] = {}
+    assert lie["regions"] == ["r1"]            # the aggregate still says it is r1's
+    found = tp.leader.check_aggregate(json.dumps(lie).encode())
+    assert found == {"published_views_missing": 1, "published_n": 1, "published_received_total": 1}, \
+        "an aggregate of r1 without r1's views (n = 4500) raised no discrepancy"
+    assert tp.metric(tp.leader.metrics.discrepancies, kind="published_views_missing") == 1
+    # Without r1's views, of a window the fog never released: unstated, as with its views.
+    lie["t"] = 999_999
+    assert tp.leader.check_aggregate(json.dumps(lie).encode())["published_unstated"] == 1
+
+
+def test_a_helper_that_drops_the_prio3_summary_is_an_alarm(tmp_path):
+    """An aggregate of a prio3 deployment, mechanism "prio3", regions ["r1"],
+    with no prio3 summary at all: published_summary_missing (and its n, 4500,
+    is not its estimates' 45)."""
+    tp = TwoParties(tmp_path, devices=45, leader_noise=False, helper_noise=False)
+    agg = tp.window("r1", 100, MEASUREMENTS[:45])
+    lie = json.loads(agg.model_dump_json())
+    lie["prio3"] = None
+    lie["n"] = 4500
+    found = tp.leader.check_aggregate(json.dumps(lie).encode())
+    assert found == {"published_summary_missing": 1, "published_n": 1}, \
+        "a prio3 aggregate of r1 without its prio3 summary raised no discrepancy"
+    lie["n"] = 45                               # n agrees with the estimates: the summary is still missing
+    assert tp.leader.check_aggregate(json.dumps(lie).encode()) == {"published_summary_missing": 1}
+    assert tp.metric(tp.leader.metrics.discrepancies, kind="published_summary_missing") == 2
+
+
+def test_the_fog_checks_the_aggregate_that_home_assistant_reads(tmp_path):
+    """Home Assistant's discovery config points at rase/v1/aggregates/latest
+    (retained): the fog subscribes to it and compares it like a per-t one, so
+    a helper cannot publish honest numbers on t/{t} and anything on latest.
+    The retained one repeats a per-t one and comes again on each subscribe:
+    the same bytes are counted once; a latest of a t before the fog's journal
+    is not the fog's to judge."""
+    tp = TwoParties(tmp_path, devices=45, leader_noise=False, helper_noise=False)
+    subscribed = [s for s, _ in tp.leader.subscriptions()]
+    assert topics.AGGREGATE_LATEST_TOPIC in subscribed and tp.leader.is_aggregate(topics.AGGREGATE_LATEST_TOPIC), \
+        f"the fog reads only {subscribed}: the 'latest' aggregate is never compared with its statements"
+    assert topics.AGGREGATE_LATEST_TOPIC in [s for s, _ in tp.leader.subscriptions(replies_over_mqtt=False)]
+    agg = tp.window("r1", 100, MEASUREMENTS[:45])
+    honest = agg.model_dump_json().encode()
+    assert tp.leader.check_aggregate(honest) == {} and tp.leader.check_aggregate(honest, retained=True) == {}
+    lie = json.loads(agg.model_dump_json())
+    lie["n"] = lie["prio3"]["accepted"] = lie["estimates"]["mean"]["n"] = 60
+    lie["prio3"]["regions"]["r1"]["helper"]["accepted"] = 60
+    latest = json.dumps(lie).encode()
+    assert tp.leader.check_aggregate(latest, retained=True) == {"published_accepted": 1}
+    assert tp.leader.check_aggregate(latest, retained=True) == {}          # redelivered on a new subscribe
+    assert tp.metric(tp.leader.metrics.discrepancies, kind="published_accepted") == 1
+    old = json.loads(agg.model_dump_json())
+    old["t"] = 50                                # before the fog's first window: an unknown t, not a lie
+    old["n"] = old["prio3"]["accepted"] = 4500
+    assert tp.leader.check_aggregate(json.dumps(old).encode(), retained=True) == {}
+
+
+def test_an_honest_aggregate_over_leader_workers_agrees_with_each(tmp_path):
+    """With leader workers (issue 30) the aggregate's views are per part
+    (r1/0, r1/1): each worker finds its own part's, and n is their sum."""
+    tp = TwoParties(tmp_path, devices=60, parts=2, leader_noise=False, helper_noise=False)
+    ms = [(37 * i) % 4001 for i in range(60)]
+    agg = tp.window_parts("r1", 100, [ms[k::2] for k in range(2)])
+    assert agg is not None and agg.n == 60
+    assert [leader.check_aggregate(agg.model_dump_json().encode()) for leader in tp.leaders] == [{}, {}]
+    lie = json.loads(agg.model_dump_json())
+    del lie["prio3"]["regions"]["r1/1"]
+    found = [leader.check_aggregate(json.dumps(lie).encode()) for leader in tp.leaders]
+    assert found == [{"published_n": 1, "published_received_total": 1},
+                     {"published_views_missing": 1, "published_n": 1, "published_received_total": 1}]
 
 def test_a_helper_answer_for_a_batch_it_was_not_sent_is_refused(tmp_path):
     """An answer for a window the fog never sent a batch for is refused
