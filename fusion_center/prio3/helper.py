@@ -26,13 +26,18 @@ Each party trusts only itself (issue 26): a batch is verified and noised
 under the helper's own params for its t (its config, or for
 params_grace_periods timestamps after a change the previous ones it
 published), never the batch's; one that declares other params, names a region
-outside the helper's config, or reopens a window already taken (another
-membership, a second share, a t below the pruning horizon) is refused:
+outside the helper's config or other than its MQTT topic's, has a t more
+than FUTURE_PERIODS ahead of the helper's own clock, or reopens a window
+already taken (another membership, a second share, a t below the pruning
+horizon) is refused:
 nothing is released for it, the refusal is counted by reason
 (rase_fusion_prio3_refused), logged at WARNING once per episode, and answered
 so the leader drops the window. A report's nonce is verified in one window
-only. Where the leader's statement contradicts the helper's own view, the
-aggregate says so (prio3.discrepancies) and rase_fusion_prio3_discrepancies counts it.
+only. Where the leader's statement contradicts the helper's own view (or its
+share its batch, or it rejects reports the helper verified), the aggregate
+says so (prio3.discrepancies) and rase_fusion_prio3_discrepancies counts it.
+The leader's free-text fields become labels and published keys only from
+the helper's own fixed sets (helper_rules: anything else is "other").
 """
 
 from __future__ import annotations
@@ -122,7 +127,8 @@ class HelperMetrics:
                                     ["reason"], registry=registry)
         self.refused = PromCounter("rase_fusion_prio3_refused", "Leader messages the helper refused, by reason "
                                    "(params_mismatch, unknown_region, batch_conflict, batch_after_release, "
-                                   "share_conflict, too_old, unknown_part, future_t, region_topic_mismatch)", ["reason"], registry=registry)
+                                   "share_conflict, too_old, unknown_part, future_t, "
+                                   "region_topic_mismatch)", ["reason"], registry=registry)
         self.discrepancies = PromCounter("rase_fusion_prio3_discrepancies", "Where the leader's statement "
                                          "contradicts the helper's view, or reports its own checks failing, by "
                                          "kind", ["kind"], registry=registry)
