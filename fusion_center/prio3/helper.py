@@ -26,13 +26,18 @@ Each party trusts only itself (issue 26): a batch is verified and noised
 under the helper's own params for its t (its config, or for
 params_grace_periods timestamps after a change the previous ones it
 published), never the batch's; one that declares other params, names a region
-outside the helper's config, or reopens a window already taken (another
-membership, a second share, a t below the pruning horizon) is refused:
+outside the helper's config or other than its MQTT topic's, has a t more
+than FUTURE_PERIODS ahead of the helper's own clock, or reopens a window
+already taken (another membership, a second share, a t below the pruning
+horizon) is refused:
 nothing is released for it, the refusal is counted by reason
 (rase_fusion_prio3_refused), logged at WARNING once per episode, and answered
 so the leader drops the window. A report's nonce is verified in one window
-only. Where the leader's statement contradicts the helper's own view, the
-aggregate says so (prio3.discrepancies) and rase_fusion_prio3_discrepancies counts it.
+only. Where the leader's statement contradicts the helper's own view (or its
+share its batch, or it rejects reports the helper verified), the aggregate
+says so (prio3.discrepancies) and rase_fusion_prio3_discrepancies counts it.
+The leader's free-text fields become labels and published keys only from
+the helper's own fixed sets (helper_rules: anything else is "other").
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter as PromCounter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fusion_center.prio3.helper_rules import Answer, answer_batch, build_aggregate, combine, own_params_for, refusal
+from fusion_center.prio3.helper_rules import (LABEL_UNKNOWN, OTHER, Answer, answer_batch, build_aggregate, combine,
+                                              drop_outcome, own_params_for, refusal)
 from fusion_center.prio3.helper_store import HelperStore, digest
 from rase_common import deadletter
 from rase_common.errors import Outage
@@ -68,9 +74,16 @@ from rase_device.prio3 import NONCE_SIZE
 
 log = logging.getLogger(__name__)
 LARGE = 2000          # verify in a worker thread above this many reports
+# A batch or share may be this many of the helper's own periods ahead of its clock (as the fusion center's
+# windows, fusion_center.ldp.role): a fog's clock a little ahead is fine, a t beyond would move the pruning
+# horizon (aggregated) past every real window.
+FUTURE_PERIODS = 2
 # Why the helper refuses a leader message (issue 26): metric labels and the quarantine's reasons.
 REFUSALS = ("unknown_region", "params_mismatch", "batch_conflict", "batch_after_release", "share_conflict", "too_old",
-            "unknown_part")
+            "unknown_part", "future_t", "region_topic_mismatch")
+# Windows combine() drops because the leader's share contradicts the batch it sent (counted as discrepancies).
+LEADER_LIES = {"accepted_mismatch": "the leader's share does not sum the reports its mask and digest name",
+               "batch_mismatch": "the leader's share declares another batch size than the batch it sent"}
 
 
 class Refused(ValueError):
@@ -114,7 +127,8 @@ class HelperMetrics:
                                     ["reason"], registry=registry)
         self.refused = PromCounter("rase_fusion_prio3_refused", "Leader messages the helper refused, by reason "
                                    "(params_mismatch, unknown_region, batch_conflict, batch_after_release, "
-                                   "share_conflict, too_old)", ["reason"], registry=registry)
+                                   "share_conflict, too_old, unknown_part, future_t, "
+                                   "region_topic_mismatch)", ["reason"], registry=registry)
         self.discrepancies = PromCounter("rase_fusion_prio3_discrepancies", "Where the leader's statement "
                                          "contradicts the helper's view, or reports its own checks failing, by "
                                          "kind", ["kind"], registry=registry)
@@ -146,6 +160,7 @@ class Prio3Helper:
         self.verify_key = b""
         self.alarm = Alarm("fusion prio3", log)
         self._own: dict[str, Prio3Params] = {}      # params JSON -> model (the store's log, parsed once)
+        self._precision: ControlMessage | None = None   # the helper's own control message (follow)
         self.noise_bits = None     # tests only: a RandomBits for the helper's noise (None: os.urandom)
         self._parts: list[tuple[str, int, int, str]] = []     # staged by the intake batch (stage/write/committed)
         self._shares: list[tuple[str, int, str]] = []
@@ -198,10 +213,22 @@ class Prio3Helper:
         p = precision.prio3
         if p is None:
             return
-        period = p.window_period_s(precision.period_s)
-        now_t = precision.schedule().t_of(now) if p.product == "per-t" else int((now - precision.epoch0) // period)
+        self._precision = precision
+        now_t = self.own_t(now)
+        assert now_t is not None
         if self.store.follow_params(p.model_dump_json(), now_t):
             log.info("fusion prio3: the helper's own params from t=%d: %s (params id %s)", now_t, p.text, p.params_id)
+
+    def own_t(self, now: float) -> int | None:
+        """The timestamp of `now` on the helper's own schedule (its control message's period, epoch0 and
+        product: hours or days for a product); None before follow() saw its params."""
+        precision = self._precision
+        p = precision.prio3 if precision is not None else None
+        if precision is None or p is None:
+            return None
+        if p.product == "per-t":
+            return int(precision.schedule().t_of(now))
+        return int((now - precision.epoch0) // p.window_period_s(precision.period_s))
 
     def own_params(self, t: int) -> list[Prio3Params]:
         """The helper's own params a batch of timestamp t may be made under,
@@ -233,7 +260,7 @@ class Prio3Helper:
         bad: list[tuple[str, str] | None] = []
         for payload in payloads:
             try:
-                self.stage(payload, has_aggregate)
+                self.stage(payload, has_aggregate, now=now)
                 bad.append(None)
             except Refused as err:
                 bad.append((err.reason, str(err)))
@@ -245,10 +272,14 @@ class Prio3Helper:
         self.committed()
         return bad
 
-    def stage(self, payload: bytes, has_aggregate) -> None:  # noqa: ANN001
+    def stage(self, payload: bytes, has_aggregate, *, now: float | None = None,  # noqa: ANN001
+              topic_region: str | None = None) -> None:
         """One leader message of an intake batch, judged and staged for
         write(); Refused (a ValueError with a reason) when the helper refuses
-        it, ValueError when it is not a leader message at all."""
+        it, ValueError when it is not a leader message at all. now: the
+        helper's clock (a t more than FUTURE_PERIODS ahead of it is refused);
+        topic_region: the region of the topic it came on (rase/v1/windows/{region},
+        whose ACL lets only that region's fog write; None: a channel without one)."""
         try:
             m = parse_leader_message(payload)
         except ValidationError as err:
@@ -258,6 +289,13 @@ class Prio3Helper:
         if m.part >= self.cfg.leader_parts:        # so is the number of leader workers (issue 30)
             raise self._refuse("unknown_part", f"({m.region}, {m.t}) part {m.part}: the helper's leader_parts is "
                                                f"{self.cfg.leader_parts}")
+        if topic_region is not None and m.region != topic_region:   # a fog writes only its own regions' topics
+            raise self._refuse("region_topic_mismatch", f"({m.region}, {m.t}) came on the topic of region "
+                                                        f"{topic_region[:64]!r}")
+        now_t = self.own_t(now) if now is not None else None
+        if now_t is not None and m.t > now_t + FUTURE_PERIODS:    # by the helper's own clock and schedule
+            raise self._refuse("future_t", f"({m.region}, {m.t}): t is more than {FUTURE_PERIODS} periods ahead of "
+                                           f"the helper's clock (t={now_t})")
         key = self.slot(m.region, m.part)          # the region, or region/part: the exchange's key
         if has_aggregate(m.t) and not self.store.finished(key, m.t):   # late: t is published already
             if isinstance(m, Prio3Share) and self.store.state(key, m.t) is not None:
@@ -397,11 +435,15 @@ class Prio3Helper:
         self.store.finish(region, t, record, now, reason)
         self.answers.pop((region, t), None)
         if record is None:
-            self.metrics.windows.labels(f"dropped_{(reason or '').split(':')[0]}").inc()
-            if reason == "accepted_mismatch":       # the leader summed another set than it says: an alarm
-                self.metrics.discrepancies.labels(reason).inc()
-                self.alarm.raised(reason, f"({region}, {t}): the leader's share does not sum the reports its "
-                                          "mask and digest name; not published")
+            outcome = drop_outcome(reason)         # the leader's free text never becomes a label
+            self.metrics.windows.labels(f"dropped_{outcome}").inc()
+            if outcome in LEADER_LIES:            # the leader's share contradicts what it sent: an alarm
+                self.metrics.discrepancies.labels(outcome).inc()
+                self.alarm.raised(outcome, f"({region}, {t}): {LEADER_LIES[outcome]}; not published")
+            elif outcome == OTHER:
+                self.metrics.discrepancies.labels(LABEL_UNKNOWN).inc()
+                self.alarm.raised(LABEL_UNKNOWN, f"({region}, {t}): the leader dropped the window for a reason "
+                                                 "the helper does not know")
             log.info("fusion prio3 (%s, %d): dropped, %s", region, t, reason)
             return
         for why, k in record["rejected"].items():

@@ -30,6 +30,46 @@ from rase_common.protocol.prio3 import (SEAL_OVERHEAD, PartyView, Prio3Batch, Pr
                                         parts_of, split_slot, unpack_mask)
 from rase_common.secagg import ShareOpener, unshard_signed
 from rase_common.vdaf import Prio3Aggregator
+from rase_common.vdaf.batch import Rejection
+
+# The helper's own fixed sets for the leader's free-text fields (docs/privacy.md section 7): a value outside
+# them becomes OTHER in the helper's metrics and in what it publishes, and is itself a discrepancy
+# (LABEL_UNKNOWN), so a lying fog cannot mint metric series or put its words in the aggregate.
+OTHER = "other"
+LABEL_UNKNOWN = "leader_label_unknown"
+REJECTIONS = frozenset(r.value for r in Rejection)
+# Why the leader drops a window (fog_shuffler.prio3: its reason before any ':').
+LEADER_DROPS = frozenset({"under_k_min", "verification_timeout", "helper_refused"})
+# Why the helper itself drops a window in combine() (beside the leader's reasons).
+COMBINE_DROPS = frozenset({"batch_mismatch", "accepted_mismatch", "under_k_min"})
+# The kinds of the leader's statement.discrepancies (fog_shuffler.prio3.leader_rules.check_helper).
+LEADER_DISCREPANCIES = frozenset({"rejected_verified", "accepted_unverified", "reasons_missing"})
+# Verdicts on a report that the leader cannot reach for one the helper accepted: the helper accepts a report
+# only with the leader's live verifier share and the two shares' combined verdict that the proof holds (the
+# same computation at both), and a leader share that failed the leader's own decoding or query is never live.
+# (nonce_replayed, nonce_repeated, joint_rand_mismatch, decrypt_failed may be the leader's alone.)
+JOINT_VERDICTS = frozenset({Rejection.PROOF_INVALID.value, Rejection.PEER_REJECTED.value,
+                            Rejection.PEER_MALFORMED.value, Rejection.NO_MESSAGE.value,
+                            Rejection.QUERY_FAILED.value, Rejection.MALFORMED.value})
+
+
+def own_label(value: str, allowed: frozenset[str]) -> str:
+    """A leader's label as the helper counts and publishes it: its own word, or OTHER."""
+    return value if value in allowed else OTHER
+
+
+def own_counts(table: dict[str, int], allowed: frozenset[str]) -> tuple[dict[str, int], int]:
+    """The leader's table keyed by the helper's own labels, and how many keys were not among them."""
+    out: Counter[str] = Counter()
+    for key, k in table.items():
+        out[own_label(key, allowed)] += k
+    return dict(out), sum(1 for key in table if key not in allowed)
+
+
+def drop_outcome(reason: str | None) -> str:
+    """The metric outcome of a window dropped in combine (its reason before any ':'), from the helper's own set."""
+    why = (reason or "").split(":")[0]
+    return own_label(why, LEADER_DROPS | COMBINE_DROPS)
 
 
 def own_params_for(declared: Prio3Params, own: list[Prio3Params]) -> Prio3Params | None:
@@ -115,20 +155,35 @@ def combine(answer: Answer, share: Prio3Share, k_min: int) -> tuple[dict | None,
         return None, "accepted_mismatch"      # the two would publish different report sets: never
     if n < k_min:
         return None, "under_k_min"
-    rejected.update(share.leader_rejected)
+    found: dict[str, int] = {}
+    unknown = 0
+    leader_rejected, bad = own_counts(share.leader_rejected, REJECTIONS)
+    unknown += bad
+    rejected.update(leader_rejected)
+    # Every report the leader says it rejected here is one the helper accepted (finish_window): a verdict the
+    # two reach together from the same verifier shares is one the helper knows is false.
+    contradicted = sum(k for why, k in leader_rejected.items() if why in JOINT_VERDICTS and k > 0)
+    if contradicted:
+        found["leader_rejected_verified"] = contradicted
     totals = unshard_signed(agg.vdaf, [b64(share.agg_share or "", "agg_share"), agg.aggregate(both)])
     stated = share.statement
-    found: dict[str, int] = {}
+    stated_rejected: dict[str, int] = {}
     if stated is not None:
         if stated.helper_accepted != int(answer.accepted.sum()):
             found["leader_misquoted_helper"] = 1      # the leader's statement misreports the helper's answer
         if stated.received != total or stated.accepted != n:
             found["leader_statement_mismatch"] = 1
-        for kind, k in stated.discrepancies.items():
+        stated_kinds, bad = own_counts(stated.discrepancies, LEADER_DISCREPANCIES)
+        unknown += bad
+        for kind, k in stated_kinds.items():
             found[f"leader:{kind}"] = found.get(f"leader:{kind}", 0) + k
+        stated_rejected, bad = own_counts(stated.leader_rejected, REJECTIONS)
+        unknown += bad
+    if unknown:
+        found[LABEL_UNKNOWN] = unknown
     views = {"helper": PartyView(received=total, accepted=n, rejected=dict(own_rejected)).model_dump(),
              "leader": None if stated is None else PartyView(
-                 received=stated.received, accepted=stated.accepted, rejected=dict(stated.leader_rejected),
+                 received=stated.received, accepted=stated.accepted, rejected=stated_rejected,
                  ingest_rejected=dict(stated.ingest_rejected)).model_dump()}
     return {**base, "totals": totals, "accepted": n, "rejected": dict(rejected),
             "leader_draws": share.noise_draws, "views": views, "discrepancies": found}, None

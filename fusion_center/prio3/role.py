@@ -20,10 +20,17 @@ from fusion_center.context import FusionContext
 from fusion_center.prio3.helper import REFUSALS, Prio3FusionConfig, Prio3Helper, Refused
 from rase_common.errors import ProtocolError
 from rase_common.protocol.prio3 import is_prio3_message
+from rase_common.protocol.topics import WINDOWS_PREFIX
 from rase_common.role import Role
 
 log = logging.getLogger("fusion_center.service")
 PRIO3 = "prio3"
+
+
+def region_of_topic(topic: str) -> str | None:
+    """The region of an MQTT windows topic (rase/v1/windows/{region}); None for a channel without one (Kafka's
+    rase.windows carries every region: there the broker's ACL cannot bind a fog to its regions)."""
+    return topic[len(WINDOWS_PREFIX):] if topic.startswith(WINDOWS_PREFIX) else None
 
 
 class HelperRole(Role):
@@ -68,7 +75,8 @@ class HelperRole(Role):
     def take(self, msg: Any, now_t: int) -> str:
         self.helper.follow(self.ctx.precision, self.ctx.clock.now())   # issue 26: the helper's own params, by t
         try:
-            self.helper.stage(msg.payload, self.ctx.late_hook())
+            self.helper.stage(msg.payload, self.ctx.late_hook(), now=self.ctx.clock.now(),
+                              topic_region=region_of_topic(getattr(msg, "topic", "")))
         except Refused as err:               # refused by the helper's own rules (counted once committed)
             raise ProtocolError(err.reason, str(err)) from None
         except ValueError as err:
