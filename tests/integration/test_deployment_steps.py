@@ -226,7 +226,9 @@ def test_connections_that_never_send_connect_are_bounded_per_listener(deployment
         first = _idle_connections(b.tls_port, 40)
         assert _closed_by_broker(first, 2.0) == 0                      # within the bound: kept (no timeout)
         extra = _idle_connections(b.tls_port, 10)
-        assert _closed_by_broker(extra, 3.0) == 10                     # past it: closed at once
+        # Past it: closed at once (Mosquitto 2.0.11 may let one more through, as on the loopback listener
+        # below: seen in CI, 9 of 10 closed).
+        assert 9 <= _closed_by_broker(extra, 3.0) <= 10
         assert _closed_by_broker(first, 0.5) == 0
         local = _idle_connections(b.local_port, bounds[1] + 5)         # the loopback listener's own bound
         # Bounded too (Mosquitto 2.0.11 lets one more through on this listener than its limit says:

@@ -130,9 +130,16 @@ def test_a_sigkill_at_every_step_of_the_exchange_loses_no_report_and_counts_none
             for topic, payload in window_reports(dep, cores, readings, now):
                 pub.send(topic, payload)
             expected[t] = sum(int(x) for x in readings)
+            def published() -> bool:
+                return any(m.topic.endswith(f"/{t}") for m in rec.messages)
             for step, then in zip(steps, steps[1:] + [None]):
+                # A party's steps can overtake its crash point: the helper takes the leader's share in the
+                # loop turn before it marks its answer sent (helper_after_verify), and then never reaches
+                # helper_after_share. Then the exchange is over and published: what is checked below.
                 for party in parties[who]:
-                    assert party.killed(), f"{step}: {party.log.name} was not killed:\n{logs()}"
+                    if not party.killed():
+                        assert published(), f"{step}: {party.log.name} was not killed:\n{logs()}"
+                        party.stop()
                 for party in parties[who]:
                     party.start(crash_at=then)
             assert rec.wait_for(lambda: any(m.topic.endswith(f"/{t}") for m in rec.messages), 60), (
