@@ -41,8 +41,11 @@ def test_agent_publishes_well_formed_reports(mosquitto, tmp_path):
     ts = [r.t for r in reports]
     assert ts == sorted(set(ts))                     # one report per timestamp
     assert all(r.eps == 1.0 and 0 <= r.y <= 4000 and float(r.y).is_integer() for r in reports)
-    states = [Status.model_validate_json(m.payload).state for m in rec.on("rase/v1/status/wf1")]
-    assert states[0] == "online" and states[-1] == "offline"
+    def states() -> list[str]:
+        return [Status.model_validate_json(m.payload).state for m in rec.on("rase/v1/status/wf1")]
+    # The "offline" status is published as the agent stops: it may reach the recorder after stop() returns.
+    rec.wait_for(lambda: states()[-1:] == ["offline"])
+    assert states()[0] == "online" and states()[-1] == "offline"
     rec.close()
 
 
