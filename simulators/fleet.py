@@ -19,6 +19,7 @@ not read them).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -235,6 +236,40 @@ class FleetGate:
         self.produced = ctx.Array("q", max(1, n_t), lock=False)
         self.control = ctx.Event()      # the devices applied the retained precision broadcast
         self.stop = ctx.Event()         # the driver gave up: leave without draining
+
+
+class FleetProcess:
+    """The replay driver's view of its fleet process: waits that fail as soon
+    as the fleet (or, through `check`, the fusion center) has died, the count
+    of delivered reports once it exits, and its stop."""
+
+    def __init__(self, proc, gate: FleetGate, check: Callable[[], None], poll_s: float):  # noqa: ANN001
+        self.proc, self.gate, self.check, self.poll_s = proc, gate, check, poll_s
+
+    async def until(self, pred: Callable[[], bool], what: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not pred():
+            if not self.proc.is_alive() and not pred():
+                raise RuntimeError(f"the replay's device fleet stopped (exit code {self.proc.exitcode}) {what}")
+            self.check()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"replay stalled: {what} not reached after {timeout_s:.0f} s")
+            await asyncio.sleep(self.poll_s)
+
+    async def delivered(self, n_t: int, timeout_s: float) -> int:
+        """Once the fleet has exited (every report acked by the broker): how many it made."""
+        await self.until(lambda: not self.proc.is_alive(), "every report delivered", timeout_s)
+        if self.proc.exitcode != 0:
+            raise RuntimeError(f"the replay's device fleet failed (exit code {self.proc.exitcode})")
+        return self.gate.produced[n_t - 1] if n_t else 0
+
+    async def stop(self) -> None:
+        if self.proc.is_alive():
+            self.gate.stop.set()
+            await asyncio.to_thread(self.proc.join, 10)
+            if self.proc.is_alive():
+                self.proc.terminate()
+                await asyncio.to_thread(self.proc.join, 5)
 
 
 def as_replay_child() -> Callable[[], bool]:

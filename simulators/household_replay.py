@@ -41,7 +41,7 @@ from rase_common.protocol.control import ControlMessage
 from rase_device.interval import check_interval, eps_per_release, releases_per_day
 from rase_device.mechanisms import DEFAULT_MECHANISM
 from simulators.embedded_broker import EmbeddedBroker
-from simulators.fleet import FleetGate, run_interval_fleet
+from simulators.fleet import FleetGate, FleetProcess, run_interval_fleet
 from simulators.households import Household, day_start_of, interval_means, make_households, truth
 from simulators.pipeline import FusionProcess, ReplayFog, _progress, _wait
 from simulators.refit import load_house
@@ -202,15 +202,8 @@ async def _drive(spec, core_args, means, broker, clock, epoch0, t0, n_int, fog, 
                              f"households-fleet-{id(spec) % 10000}", gate))
     proc.start()
 
-    async def until(pred, what: str, timeout_s: float) -> None:  # noqa: ANN001
-        deadline = time.monotonic() + timeout_s
-        while not pred():
-            if not proc.is_alive() and not pred():
-                raise RuntimeError(f"the replay's device fleet stopped (exit code {proc.exitcode}) {what}")
-            fusion.check()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"replay stalled: {what} not reached after {timeout_s:.0f} s")
-            await asyncio.sleep(0.005)
+    fleet = FleetProcess(proc, gate, fusion.check, 0.005)
+    until = fleet.until
 
     state: dict = {}
     try:
@@ -226,17 +219,9 @@ async def _drive(spec, core_args, means, broker, clock, epoch0, t0, n_int, fog, 
                             f"the fog taking every report of interval t={t - 1}", 600)
             done = gate.done.value
             _progress(spec, i + 1, n_int, gate.produced[done - 1] if done else 0, fusion.stored, state)
-        await until(lambda: not proc.is_alive(), "every report delivered", 600)
-        if proc.exitcode != 0:
-            raise RuntimeError(f"the replay's device fleet failed (exit code {proc.exitcode})")
-        return gate.produced[n_int - 1] if n_int else 0
+        return await fleet.delivered(n_int, 600)
     finally:
-        if proc.is_alive():
-            gate.stop.set()
-            await asyncio.to_thread(proc.join, 10)
-            if proc.is_alive():
-                proc.terminate()
-                await asyncio.to_thread(proc.join, 5)
+        await fleet.stop()
 
 
 def release_line(a: dict) -> dict:

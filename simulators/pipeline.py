@@ -38,7 +38,7 @@ from rase_common.clock import ManualClock, ScaledClock, SharedManualClock
 from rase_common.mqtt import BrokerConfig
 from simulators.embedded_broker import EmbeddedBroker
 from simulators.secagg import Prio3Setup
-from simulators.fleet import FleetGate, as_replay_child, run_fleet
+from simulators.fleet import FleetGate, FleetProcess, as_replay_child, run_fleet
 from simulators.refit import DEFAULT_MAX_HOLD_S, House, RefitColumnSource, epoch0_of, grid_readings, load_house
 
 log = logging.getLogger(__name__)
@@ -190,15 +190,8 @@ async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, take
                              f"replay-fleet-{id(spec) % 10000}", gate))
     proc.start()
 
-    async def until(pred, what: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not pred():
-            if not proc.is_alive() and not pred():
-                raise RuntimeError(f"the replay's device fleet stopped (exit code {proc.exitcode}) {what}")
-            fusion.check()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"replay stalled: {what} not reached after {timeout_s:.0f} s")
-            await asyncio.sleep(0.0005)
+    fleet = FleetProcess(proc, gate, fusion.check, 0.0005)
+    until = fleet.until
 
     max_lag = max(0, spec.lateness_periods - 2)
     state: dict = {}
@@ -216,17 +209,9 @@ async def _drive_fleet(spec, cfgs, devices, broker, clock, epoch0, t0, n_t, take
                             f"the fog taking every report of t={t0 + j}", 60)
             running_total = gate.produced[min(gate.done.value, n_t) - 1] if gate.done.value else 0
             _progress(spec, i + 1, n_t, running_total, fusion.stored, state)
-        await until(lambda: not proc.is_alive(), "every report delivered", 120)
-        if proc.exitcode != 0:
-            raise RuntimeError(f"the replay's device fleet failed (exit code {proc.exitcode})")
-        return gate.produced[n_t - 1] if n_t else 0
+        return await fleet.delivered(n_t, 120)
     finally:
-        if proc.is_alive():
-            gate.stop.set()
-            await asyncio.to_thread(proc.join, 10)
-            if proc.is_alive():
-                proc.terminate()
-                await asyncio.to_thread(proc.join, 5)
+        await fleet.stop()
 
 
 async def _drive_scaled(spec, agents, clock, epoch0, t0, n_t, stored) -> int:

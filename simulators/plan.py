@@ -105,18 +105,29 @@ def plan(devices: int, period_s: float, product: str, eps_day: float, *, data_di
     rows = [PlanRow("secure", "prio3", 1, e, secure_mae(e, devices, setting),
                     f"({e:.3g}, 0)-DP per release if the fog or the fusion center is honest", eps_day)]
     for name in mechanisms:
-        best = None
-        k = 1
-        while k <= r and devices / k >= min(K_MIN, devices):
-            mae = local_mae(name, readings, e * k, devices / k, devices, setting)
-            row = PlanRow("local", name, k, e * k, mae, f"{e * k:.3g}-LDP per report, against anyone", eps_day)
-            if k == 1:
-                rows.append(row)
-            elif best is None or mae < best.mae_w:
-                best = row
-            k *= 2
-        if best is not None and best.mae_w < rows[-1].mae_w:
-            rows.append(best)
+        rows += local_rows(name, readings, e, r, devices, setting, eps_day, "")
+    return rows
+
+
+def local_rows(name: str, readings: np.ndarray, e: float, r: float, units: int, setting: Setting, eps_day: float,
+               note: str) -> list[PlanRow]:
+    """A local mechanism's rows: each unit reporting in every release at eps e
+    (k = 1), and the best of the rotating groups that report in one release of
+    k at eps e * k (k = 2, 4, ... while k <= r and a group keeps K_MIN units),
+    shown only when it beats k = 1."""
+    rows: list[PlanRow] = []
+    best = None
+    k = 1
+    while k <= r and units / k >= min(K_MIN, units):
+        mae = local_mae(name, readings, e * k, units / k, units, setting)
+        row = PlanRow("local", name, k, e * k, mae, f"{e * k:.3g}-LDP per report, against anyone{note}", eps_day)
+        if k == 1:
+            rows.append(row)
+        elif best is None or mae < best.mae_w:
+            best = row
+        k *= 2
+    if best is not None and best.mae_w < rows[-1].mae_w:
+        rows.append(best)
     return rows
 
 
@@ -172,19 +183,7 @@ def plan_households(households: int, eps_day: float, interval_s: float, *, data_
     rows = [PlanRow("secure", "prio3", 1, e, secure_mae(e, households, setting),
                     f"({e:.3g}, 0)-DP per release if the fog or the fusion center is honest; {day}", eps_day)]
     for name in mechanisms:
-        best = None
-        k = 1
-        while k <= r and households / k >= min(K_MIN, households):
-            mae = local_mae(name, x, e * k, households / k, households, setting)
-            row = PlanRow("local", name, k, e * k, mae, f"{e * k:.3g}-LDP per report, against anyone; {day}",
-                          eps_day)
-            if k == 1:
-                rows.append(row)
-            elif best is None or mae < best.mae_w:
-                best = row
-            k *= 2
-        if best is not None and best.mae_w < rows[-1].mae_w:
-            rows.append(best)
+        rows += local_rows(name, x, e, r, households, setting, eps_day, f"; {day}")
     return rows
 
 
