@@ -25,7 +25,6 @@ import asyncio
 import json
 import logging
 import multiprocessing as mp
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,10 +39,9 @@ from rase_common.privacy import UnitPrivacy
 from rase_common.protocol.control import ControlMessage
 from rase_device.interval import check_interval, eps_per_release, releases_per_day
 from rase_device.mechanisms import DEFAULT_MECHANISM
-from simulators.embedded_broker import EmbeddedBroker
 from simulators.fleet import FleetGate, FleetProcess, run_interval_fleet
 from simulators.households import Household, day_start_of, interval_means, make_households, truth
-from simulators.pipeline import FusionProcess, ReplayFog, _progress, _wait
+from simulators.pipeline import FusionProcess, ReplayFog, _progress, _wait, fresh_work_dir, on_broker
 from simulators.refit import load_house
 from simulators.secagg import Prio3Setup
 
@@ -104,12 +102,7 @@ class HouseholdResult:
 async def run_households(spec: HouseholdSpec) -> HouseholdResult:
     """The replay on spec.broker_url, or on a broker of its own (stopped however the run ends)."""
     check_interval(spec.interval_s, spec.period_s)
-    if spec.broker_url is not None:
-        broker = BrokerConfig.from_url(spec.broker_url)
-        return await _run_on(spec, broker, f"{broker.host}:{broker.port}")
-    async with EmbeddedBroker() as eb:
-        label = f"{eb.host}:{eb.port} (embedded {eb.kind})"
-        return await _run_on(spec, BrokerConfig(host=eb.host, port=eb.port), label)
+    return await on_broker(spec.broker_url, lambda broker, label: _run_on(spec, broker, label))
 
 
 async def _run_on(spec: HouseholdSpec, broker: BrokerConfig, broker_label: str) -> HouseholdResult:
@@ -123,13 +116,7 @@ async def _run_on(spec: HouseholdSpec, broker: BrokerConfig, broker_label: str) 
     eps = spec.eps
     means = interval_means(houses, households, day_start=day_start, epoch0=epoch0, t0=t0, intervals=n_int,
                            interval_s=spec.interval_s, period_s=spec.period_s, x_min=spec.x_min, x_max=spec.x_max)
-    work = Path(spec.work_dir or tempfile.mkdtemp(prefix="rase-households-"))
-    work.mkdir(parents=True, exist_ok=True)
-    for f in ("fog.sqlite", "fusion.sqlite"):
-        for suffix in ("", "-wal", "-shm"):
-            (work / (f + suffix)).unlink(missing_ok=True)
-    for noisy in ("edge_agent", "fog_shuffler", "fusion_center"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    work = fresh_work_dir(spec.work_dir, "rase-households-")
     clock = SharedManualClock(mp.get_context("spawn").Value("d", epoch0 + t0 * spec.interval_s, lock=False))
     secure = Prio3Setup.of(spec, work) if spec.mechanism == "prio3" else None
     privacy = UnitPrivacy(unit="household", eps_day=spec.eps_day)

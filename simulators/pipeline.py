@@ -19,8 +19,10 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -42,6 +44,7 @@ from simulators.fleet import FleetGate, FleetProcess, as_replay_child, run_fleet
 from simulators.refit import DEFAULT_MAX_HOLD_S, House, RefitColumnSource, epoch0_of, grid_readings, load_house
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 @dataclass
@@ -342,12 +345,30 @@ class FusionProcess:
 async def run_pipeline(spec: PipelineSpec) -> PipelineResult:
     """Run the replay on spec.broker_url, or on a broker of its own that is
     stopped however the run ends."""
-    if spec.broker_url is not None:
-        broker = BrokerConfig.from_url(spec.broker_url)
-        return await _run_on(spec, broker, f"{broker.host}:{broker.port}")
+    return await on_broker(spec.broker_url, lambda broker, label: _run_on(spec, broker, label))
+
+
+async def on_broker(broker_url: str | None, run_on: Callable[[BrokerConfig, str], Awaitable[R]]) -> R:
+    """run_on(broker, its label) on the broker at broker_url, or on an embedded
+    one that is stopped however the run ends."""
+    if broker_url is not None:
+        broker = BrokerConfig.from_url(broker_url)
+        return await run_on(broker, f"{broker.host}:{broker.port}")
     async with EmbeddedBroker() as eb:
-        where = f"{eb.host}:{eb.port} (embedded {eb.kind})"
-        return await _run_on(spec, BrokerConfig(host=eb.host, port=eb.port), where)
+        return await run_on(BrokerConfig(host=eb.host, port=eb.port), f"{eb.host}:{eb.port} (embedded {eb.kind})")
+
+
+def fresh_work_dir(work_dir: str | Path | None, prefix: str) -> Path:
+    """The run's folder (a new temporary one unless given), without an earlier
+    run's journals; the services' INFO lines kept out of the replay's output."""
+    work = Path(work_dir or tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=True)
+    for f in ("fog.sqlite", "fusion.sqlite"):
+        for suffix in ("", "-wal", "-shm"):
+            (work / (f + suffix)).unlink(missing_ok=True)
+    for noisy in ("edge_agent", "fog_shuffler", "fusion_center"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return work
 
 
 async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -> PipelineResult:
@@ -357,13 +378,7 @@ async def _run_on(spec: PipelineSpec, broker: BrokerConfig, broker_label: str) -
     t0 = int(spec.start_offset_s // spec.period_s)
     n_t = int(spec.hours * 3600 // spec.period_s)
     devices = fleet(houses, spec.clone, spec.clone_shift_s)
-    work = Path(spec.work_dir or tempfile.mkdtemp(prefix="rase-pipeline-"))
-    work.mkdir(parents=True, exist_ok=True)
-    for f in ("fog.sqlite", "fusion.sqlite"):
-        for suffix in ("", "-wal", "-shm"):
-            (work / (f + suffix)).unlink(missing_ok=True)
-    for noisy in ("edge_agent", "fog_shuffler", "fusion_center"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    work = fresh_work_dir(spec.work_dir, "rase-pipeline-")
     start = epoch0 + t0 * spec.period_s
     clock = (SharedManualClock(mp.get_context("spawn").Value("d", start, lock=False)) if spec.speedup is None
              else ScaledClock(start, spec.speedup))
