@@ -138,7 +138,7 @@ class ShareOpener(VerifyPool):
     the workers."""
 
     def __init__(self, private_key: bytes, workers: int = 2, small: int | None = None):
-        super().__init__(workers, small)
+        super().__init__(workers, small, preload=(Prio3Params.__module__,))
         self.private_key = private_key
 
     def open(self, ctx: bytes, nonces: Sequence[bytes], public_shares: Sequence[bytes], sealed: Sequence[bytes]

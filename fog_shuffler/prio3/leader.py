@@ -191,7 +191,8 @@ class Prio3Leader:
 
     def open(self, db) -> None:  # noqa: ANN001 - the fog journal's connection
         self.verify_key = read_key(self.cfg.verify_key_file, "fog [prio3] verify_key_file")
-        self.pool = VerifyPool(self.cfg.verify_workers, self.cfg.workers_min_reports)
+        self.pool = VerifyPool(self.cfg.verify_workers, self.cfg.workers_min_reports,
+                               preload=(Prio3Params.__module__,))
         key = b""
         if self.cfg.parts > 1:
             assert self.cfg.parts_key_file is not None     # the config's validation requires it

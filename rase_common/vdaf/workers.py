@@ -119,16 +119,23 @@ class VerifyPool:
 
     SMALL = 2000
 
-    def __init__(self, workers: int = 2, small: int | None = None):
+    def __init__(self, workers: int = 2, small: int | None = None, preload: tuple[str, ...] = ()):
+        """preload: modules each worker imports as it starts, beside this one's
+        (the module of the params the calls carry, which unpickling them would
+        otherwise import inside a window's first chunk)."""
         self.workers = max(1, int(workers))
         self.small = self.SMALL if small is None else small
+        self.preload = tuple(preload)
         self._pool: Executor | None = None
         self._lock = threading.Lock()
 
     def warm(self) -> None:
-        """Start the workers now (each imports numpy and `cryptography`: seconds), not with the first window."""
+        """Start every worker now, not with the first window: each imports
+        numpy, `cryptography` and the batch code as it starts (_start_worker,
+        about 0.4 s of CPU), which would otherwise delay that window and count
+        in its cost."""
         if self.workers > 1:
-            futures = [self._executor().submit(_warm) for _ in range(self.workers)]
+            futures = [self._executor().submit(_started) for _ in range(self.workers)]
             for f in futures:
                 f.result()
 
@@ -139,7 +146,8 @@ class VerifyPool:
                 from concurrent.futures import ProcessPoolExecutor
 
                 # spawn: the service has threads (paho's, asyncio's), which a fork would copy half-way
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_start_worker, initargs=(self.preload,))
             return self._pool
 
     def close(self) -> None:
@@ -230,7 +238,16 @@ def _stack(mats: list[np.ndarray], width: int) -> np.ndarray:
     return np.concatenate(mats) if mats else np.zeros((0, width), dtype=np.uint8)
 
 
-def _warm() -> int:
-    import rase_common.vdaf.hpke  # noqa: F401 - cryptography's HPKE, imported once per worker
+def _start_worker(preload: tuple[str, ...]) -> None:
+    """A worker process, as it starts (every one, whichever tasks it takes):
+    import what its chunks need."""
+    import importlib
 
+    import rase_common.vdaf.hpke  # noqa: F401 - cryptography's HPKE
+
+    for name in preload:
+        importlib.import_module(name)
+
+
+def _started() -> int:
     return 0

@@ -89,3 +89,20 @@ def test_a_pool_whose_worker_died_verifies_in_the_calling_process(caplog):
         assert (both == both2).all() and shares == shares2
     finally:
         pool.close()
+
+
+def test_every_worker_imports_what_its_chunks_need_as_it_starts():
+    # A window's first chunk must not pay the imports (0.4 s of CPU a worker, in its latency):
+    # warm() starts every worker, and each imports the batch code and the preloaded modules.
+    pool = VerifyPool(2, small=1, preload=("rase_common.protocol.prio3",))
+    pool.warm()
+    try:
+        ex = pool._executor()                                   # noqa: SLF001
+        assert len(ex._processes) == 2                          # noqa: SLF001 - both started by warm()
+        probe = "(__import__('os').getpid(), [m in __import__('sys').modules for m in " \
+                "('rase_common.protocol.prio3', 'rase_common.vdaf.hpke', 'numpy')])"
+        seen = dict(f.result() for f in [ex.submit(eval, probe) for _ in range(8)])
+        assert seen and set(seen) <= set(ex._processes)          # noqa: SLF001
+        assert all(all(loaded) for loaded in seen.values()), seen
+    finally:
+        pool.close()
