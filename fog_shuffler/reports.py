@@ -53,6 +53,12 @@ class ReportRole(Role):
         """Its journal's open reports (region, t, device, y, eps, mechanism), restored into the windows."""
         return []
 
+    def seen_devices(self) -> dict[tuple[str, int], set[str]]:
+        """The devices of the closed windows its own journal keeps (the fog
+        journal's are restored beside), so that a report redelivered after a
+        restart is a duplicate, not a late report."""
+        return {}
+
     def holds(self, region: str, t: int) -> bool:
         """Whether its journal holds reports of (region, t) (a suppressed window's are its to forget)."""
         return False

@@ -167,10 +167,12 @@ class FogRoles:
         j, windows = self.ctx.journal, self.ctx.windows
         assert j is not None
         open_reports = [row for role in self.reports for row in role.open_reports()]
+        seen = j.seen_devices()
         for role in self.reports:
             role.rolled_back()
-        n = windows.restore(j.closed_windows(), open_reports, j.duplicate_counts(), j.seen_devices(),
-                            self.ctx.now_t())
+            for key, devices in role.seen_devices().items():
+                seen.setdefault(key, set()).update(devices)
+        n = windows.restore(j.closed_windows(), open_reports, j.duplicate_counts(), seen, self.ctx.now_t())
         if n or windows.closed:
             log.info("fog restored %d open reports in %d windows; %d windows already closed",
                      n, len(windows.open), len(windows.closed))

@@ -136,6 +136,12 @@ class LeaderJournal:
                 out[bytes(record[:NONCE])] = (region, t, device)
         return out
 
+    def seen_devices(self) -> dict[tuple[str, int], set[str]]:
+        """The devices of every closed window kept in prio3_seen, by (region, t)."""
+        with storage_errors("fog journal"):
+            return {(region, t): set(devices.split("\n")) for region, t, devices in
+                    self.db.execute("SELECT region, t, devices FROM prio3_seen") if devices}
+
     def records_of(self, region: str, t: int, devices: list[str]) -> bytes:
         """The records of the given devices' reports of a window, in that order, concatenated."""
         with storage_errors("fog journal"):

@@ -175,6 +175,10 @@ class LeaderRole(ReportRole):
     def open_reports(self) -> list[tuple[str, int, str, float, float, str]]:
         return self.leader.open_reports()
 
+    def seen_devices(self) -> dict[tuple[str, int], set[str]]:
+        assert self.leader.journal is not None
+        return self.leader.journal.seen_devices()
+
     def holds(self, region: str, t: int) -> bool:
         assert self.leader.journal is not None
         return self.leader.journal.has_reports(region, t)

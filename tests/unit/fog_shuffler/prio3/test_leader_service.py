@@ -144,3 +144,47 @@ def test_a_control_message_with_other_prio3_params_or_schedule_changes_nothing_a
     asyncio.run(run())
     assert fog.metrics.value("reports_rejected", reason="control_params_mismatch") == 1
     assert leader.metrics.refused.labels("control_params_mismatch")._value.get() == 1
+
+
+def test_a_report_redelivered_after_a_restart_is_a_duplicate_of_its_closed_window(tmp_path):
+    # The broker redelivers what a killed fog did not acknowledge. After a restart, a report of a window the
+    # leader already closed must count as a duplicate: before, the restored windows knew only the local-DP
+    # journal's devices, so it opened a late batch of the same window, a second batch the helper could not
+    # match (seen in tests/integration/test_secagg_crash.py with two leader workers).
+    dep = Deployment(tmp_path, devices=DEVICES, k_min=3, period_s=8.0)
+    cfg = FogConfig.load(None, **{**dep.fog_settings(1), "lateness_periods": 1, "allowed_lateness_s": 80.0})
+    clock = ManualClock(8.0 * 20 + 1)
+    reports = []
+    for core, x in zip(dep.cores(), (10.0, 20.0, 30.0, 40.0, 50.0)):
+        core.step(x, clock.now())
+        reports.append(core.outbox.pop()[:2])
+    seen: dict = {}
+
+    async def run(fog: FogService, source: MemorySource, put: list, advance_to: float | None) -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(fog.run(stop))
+        await settle()
+        for r in put:
+            source.put(*r)
+        await settle()
+        if advance_to is not None:
+            clock.set(advance_to)
+            fog.wakeup.set()
+            await settle(1.0)
+        leader = fog.roles.get("prio3").leader
+        seen.update(open=leader.journal.has_reports("r1", 20), state=leader.journal.state("r1", 20),
+                    duplicates=fog.metrics.duplicates._value.get(), late_open=("r1", 20) in fog.ctx.windows.open)
+        stop.set()
+        await task
+
+    def batches(sink: MemorySink) -> list[int]:
+        return [m.total for m in (parse_leader_message(p.encode()) for _, p in sink.sent) if isinstance(m, Prio3Batch)]
+
+    first, sink = MemorySource(), MemorySink()
+    asyncio.run(run(FogService(cfg, clock=clock, source=first, sink=sink), first, reports, None))
+    assert batches(sink) == [5] and not seen["open"]       # all five: complete, closed at once
+    again, sink2 = MemorySource(), MemorySink()
+    asyncio.run(run(FogService(cfg, clock=clock, source=again, sink=sink2), again, reports[:2], None))
+    assert seen == {"open": False, "state": "forwarded", "duplicates": 2, "late_open": False}
+    assert batches(sink2) == []                             # no second batch of the window
+    assert not again.unacked
