@@ -167,11 +167,11 @@ class FogRoles:
         j, windows = self.ctx.journal, self.ctx.windows
         assert j is not None
         open_reports = [row for role in self.reports for row in role.open_reports()]
-        seen = j.seen_devices()
+        seen = j.seen_devices()             # the local-DP windows'; each role adds those its own journal keeps
+        for key, devices in (kv for role in self.reports for kv in role.seen_devices().items()):
+            seen.setdefault(key, set()).update(devices)
         for role in self.reports:
             role.rolled_back()
-            for key, devices in role.seen_devices().items():
-                seen.setdefault(key, set()).update(devices)
         n = windows.restore(j.closed_windows(), open_reports, j.duplicate_counts(), seen, self.ctx.now_t())
         if n or windows.closed:
             log.info("fog restored %d open reports in %d windows; %d windows already closed",
